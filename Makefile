@@ -1,0 +1,38 @@
+# The two commands a new user needs: `make demo` and `make test`. Both set up .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup demo test lint format bench clean
+
+setup: $(STAMP)
+
+# torch is pinned and installed first: an unpinned torch would pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/pgembed demo
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check pgembed tests bench examples
+	$(BIN)/ruff format --check pgembed tests bench examples
+	$(BIN)/mypy
+
+format: setup
+	$(BIN)/ruff check --fix pgembed tests bench examples
+	$(BIN)/ruff format pgembed tests bench examples
+
+bench: setup
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

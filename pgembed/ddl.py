@@ -1,0 +1,121 @@
+"""Per-model database objects on the watched table: vector column, HNSW index, capture triggers.
+
+Every user identifier goes through psycopg.sql.Identifier; every value is a bound parameter.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import sql
+
+from .catalog import ModelSpec
+
+
+def index_name(spec: ModelSpec) -> str:
+    return f"pgembed_{spec.name}_hnsw"
+
+
+def trigger_names(spec: ModelSpec) -> list[str]:
+    return [f"pgembed_{spec.name}_{event}" for event in ("ins", "upd", "del", "trunc")]
+
+
+def _table(spec: ModelSpec) -> sql.Identifier:
+    return sql.Identifier(spec.table_schema, spec.table_name)
+
+
+def create(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """Column, index and triggers; run inside the caller's transaction."""
+    table, column = _table(spec), sql.Identifier(spec.embedding_column)
+    conn.execute(
+        sql.SQL("ALTER TABLE {} ADD COLUMN {} vector({})").format(
+            table, column, sql.Literal(spec.dimensions)
+        )
+    )
+    create_index(conn, spec)
+    create_triggers(conn, spec)
+
+
+def create_index(conn: psycopg.Connection, spec: ModelSpec, *, concurrently: bool = False) -> None:
+    conn.execute(
+        sql.SQL(
+            "CREATE INDEX {concurrently} {name} ON {table} USING hnsw ({column} vector_cosine_ops) "
+            "WITH (m = {m}, ef_construction = {ef})"
+        ).format(
+            concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""),
+            name=sql.Identifier(index_name(spec)),
+            table=_table(spec),
+            column=sql.Identifier(spec.embedding_column),
+            m=sql.Literal(spec.hnsw_m),
+            ef=sql.Literal(spec.hnsw_ef_construction),
+        )
+    )
+
+
+def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    ins, upd, dele, trunc = (sql.Identifier(n) for n in trigger_names(spec))
+    table = _table(spec)
+    args = sql.SQL(", ").join(
+        sql.Literal(v) for v in (spec.name, spec.key_column, spec.text_column)
+    )
+    text = sql.Identifier(spec.text_column)
+    statements = [
+        sql.SQL(
+            "CREATE TRIGGER {} AFTER INSERT ON {} REFERENCING NEW TABLE AS pgembed_new "
+            "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_insert_v1({})"
+        ).format(ins, table, args),
+        sql.SQL(
+            "CREATE TRIGGER {} BEFORE UPDATE OF {} ON {} FOR EACH ROW "
+            "WHEN (OLD.{} IS DISTINCT FROM NEW.{}) "
+            "EXECUTE FUNCTION pgembed.capture_update_v1({}, {})"
+        ).format(upd, text, table, text, text, args, sql.Literal(spec.embedding_column)),
+        sql.SQL(
+            "CREATE TRIGGER {} AFTER DELETE ON {} REFERENCING OLD TABLE AS pgembed_old "
+            "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_delete_v1({})"
+        ).format(dele, table, args),
+        sql.SQL(
+            "CREATE TRIGGER {} AFTER TRUNCATE ON {} "
+            "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_truncate_v1({})"
+        ).format(trunc, table, args),
+    ]
+    for statement in statements:
+        conn.execute(statement)
+
+
+def drop(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """Remove the model's triggers, index and column; the table's other data is untouched."""
+    table = _table(spec)
+    for name in trigger_names(spec):
+        conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
+    conn.execute(
+        sql.SQL("DROP INDEX IF EXISTS {}").format(
+            sql.Identifier(spec.table_schema, index_name(spec))
+        )
+    )
+    conn.execute(
+        sql.SQL("ALTER TABLE {} DROP COLUMN IF EXISTS {}").format(
+            table, sql.Identifier(spec.embedding_column)
+        )
+    )
+    for bookkeeping in ("queue", "failures", "truncated", "batches"):
+        conn.execute(
+            sql.SQL("DELETE FROM pgembed.{} WHERE model = %s").format(sql.Identifier(bookkeeping)),
+            (spec.name,),
+        )
+
+
+def enqueue_existing(conn: psycopg.Connection, spec: ModelSpec) -> int:
+    """Queue every row that has text; returns how many were queued."""
+    cur = conn.execute(
+        sql.SQL(
+            "INSERT INTO pgembed.queue (model, key) "
+            "SELECT %s, {key}::text FROM {table} WHERE btrim({text}) <> '' "
+            "ON CONFLICT (model, key) DO NOTHING"
+        ).format(
+            key=sql.Identifier(spec.key_column),
+            table=_table(spec),
+            text=sql.Identifier(spec.text_column),
+        ),
+        (spec.name,),
+    )
+    conn.execute("SELECT pg_notify('pgembed', %s)", (spec.name,))
+    return cur.rowcount

@@ -1,0 +1,52 @@
+"""Embed one batch of rows, isolating failures: a bad row never fails its neighbours."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .embedder import Embedder, Vectors
+from .source import SourceRow
+
+
+@dataclass
+class Embedded:
+    rows: list[SourceRow] = field(default_factory=list)
+    vectors: list[Vectors] = field(default_factory=list)
+    truncated: list[str] = field(default_factory=list)
+    failed: list[tuple[SourceRow, str]] = field(default_factory=list)
+
+    def matrix(self) -> Vectors:
+        return np.concatenate(self.vectors) if self.vectors else np.empty((0, 0), np.float32)
+
+
+def embed_rows(embedder: Embedder, rows: Sequence[SourceRow]) -> Embedded:
+    """Encode the rows; on an error, bisect until the failing rows are alone."""
+    result = Embedded()
+    _embed_into(embedder, list(rows), result)
+    return result
+
+
+def _embed_into(embedder: Embedder, rows: list[SourceRow], result: Embedded) -> None:
+    if not rows:
+        return
+    texts = [row.text for row in rows]
+    try:
+        vectors = embedder.encode_documents(texts)
+        counts = embedder.token_counts(texts)
+        if not np.isfinite(vectors).all():
+            raise ValueError("the model produced a non-finite vector")
+    except Exception as exc:  # any model error: isolate it, never lose the batch
+        if len(rows) == 1:
+            result.failed.append((rows[0], f"{type(exc).__name__}: {exc}"))
+            return
+        middle = len(rows) // 2
+        _embed_into(embedder, rows[:middle], result)
+        _embed_into(embedder, rows[middle:], result)
+        return
+    limit = embedder.info.max_seq_length
+    result.rows.extend(rows)
+    result.vectors.append(vectors)
+    result.truncated.extend(row.key for row, n in zip(rows, counts, strict=True) if n > limit)

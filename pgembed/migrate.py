@@ -1,0 +1,124 @@
+"""Versioned plain-SQL migrations: applied in order, once, under an advisory lock, checksummed."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+from .errors import DatabaseError, SchemaError
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+_FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+# Any constant works; this one is "pgembed" in ASCII, so it is easy to spot in pg_locks.
+_LOCK_KEY = 0x7067656D626564
+
+_BOOTSTRAP = """
+CREATE SCHEMA IF NOT EXISTS pgembed;
+CREATE TABLE IF NOT EXISTS pgembed.migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    sha256     text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+    @property
+    def filename(self) -> str:
+        return f"{self.version:04d}_{self.name}.sql"
+
+
+def available(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+    found = []
+    for path in sorted(directory.glob("*.sql")):
+        match = _FILE_RE.match(path.name)
+        if match:
+            found.append(Migration(int(match[1]), match[2], path.read_text(encoding="utf-8")))
+    return found
+
+
+def applied(conn: psycopg.Connection) -> dict[int, str]:
+    """version -> sha256 of what was applied; empty when pgembed was never installed."""
+    exists = conn.execute("SELECT to_regclass('pgembed.migrations') IS NOT NULL").fetchone()
+    if not exists or not exists[0]:
+        return {}
+    rows = conn.execute("SELECT version, sha256 FROM pgembed.migrations").fetchall()
+    return {version: sha for version, sha in rows}
+
+
+def migrate(conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+    """Apply every pending migration, each in its own transaction; return what was applied."""
+    _require_vector_available(conn)
+    conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
+    try:
+        with conn.transaction():
+            conn.execute(_BOOTSTRAP)
+        done = applied(conn)
+        _refuse_tampered(done, available(directory))
+        newly = []
+        for migration in available(directory):
+            if migration.version in done:
+                continue
+            with conn.transaction():
+                conn.execute(migration.sql.encode())
+                conn.execute(
+                    "INSERT INTO pgembed.migrations (version, name, sha256) VALUES (%s, %s, %s)",
+                    (migration.version, migration.name, migration.sha256),
+                )
+            newly.append(migration)
+        return newly
+    except psycopg.Error as exc:
+        raise DatabaseError(f"migration failed: {exc}") from None
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
+
+
+def require_current(conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR) -> None:
+    """Raise a SchemaError that says to run `pgembed migrate` unless the schema is current."""
+    done = applied(conn)
+    wanted = available(directory)
+    if not done:
+        raise SchemaError("the pgembed schema is not installed: run `pgembed migrate`")
+    _refuse_tampered(done, wanted)
+    missing = [m.filename for m in wanted if m.version not in done]
+    if missing:
+        raise SchemaError(
+            f"the pgembed schema is behind ({len(missing)} pending migration(s), first "
+            f"{missing[0]}): run `pgembed migrate`"
+        )
+
+
+def _refuse_tampered(done: dict[int, str], wanted: list[Migration]) -> None:
+    for migration in wanted:
+        sha = done.get(migration.version)
+        if sha is not None and sha != migration.sha256:
+            raise SchemaError(
+                f"migration {migration.filename} changed after it was applied "
+                f"(applied sha256 {sha[:12]}, file {migration.sha256[:12]}); "
+                "refusing to continue: restore the file or add a new migration"
+            )
+
+
+def _require_vector_available(conn: psycopg.Connection) -> None:
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector')"
+    ).fetchone()
+    if not row or not row[0]:
+        raise DatabaseError(
+            "the server has no `vector` extension available: install pgvector "
+            "(https://github.com/pgvector/pgvector) or use an image such as pgvector/pgvector"
+        )

@@ -1,0 +1,95 @@
+"""Adding and removing models: validation, catalog row and per-model objects, atomically."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+from . import catalog, ddl, embedder, names, tables
+from .catalog import ModelSpec
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class AddRequest:
+    name: str
+    table: str
+    column: str
+    key: str | None = None
+    model_ref: str = embedder.DEFAULT_MODEL
+    pooling: str | None = None
+    normalize: bool = True
+    max_seq_length: int | None = None
+    query_prefix: str = ""
+    document_prefix: str = ""
+
+
+def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
+    """Register the model and create its objects; returns the spec and how many rows were queued."""
+    name = names.model_name(request.name)
+    schema, table = names.table(request.table)
+    column = names.identifier("column", request.column)
+    key = names.identifier("key column", request.key) if request.key is not None else None
+    if request.max_seq_length is not None and request.max_seq_length < 1:
+        raise UsageError("--max-seq-length must be a positive number of word pieces")
+    if catalog.exists(conn, name):
+        raise UsageError(f"model {name!r} already exists: see `pgembed model list`")
+    info = tables.inspect(conn, schema, table)
+    text_column = tables.text_column(info, column)
+    key_column = tables.key_column(info, key)
+    embedding_column = names.embedding_column(name)
+    if embedding_column in info.columns:
+        raise UsageError(f"table {schema}.{table} already has a column {embedding_column!r}")
+
+    # Load the model before touching the database: a reference that can't load changes nothing.
+    settings = embedder.Settings(
+        model_ref=request.model_ref,
+        pooling=request.pooling,
+        normalize=request.normalize,
+        max_seq_length=request.max_seq_length,
+        query_prefix=request.query_prefix,
+        document_prefix=request.document_prefix,
+    )
+    model_info = embedder.get(settings).info
+    spec = ModelSpec(
+        name=name,
+        table_schema=schema,
+        table_name=table,
+        key_column=key_column,
+        key_type=info.columns[key_column],
+        text_column=text_column,
+        embedding_column=embedding_column,
+        model_ref=request.model_ref,
+        pooling=model_info.pooling,
+        normalize=request.normalize,
+        dimensions=model_info.dimensions,
+        max_seq_length=model_info.max_seq_length,
+        query_prefix=request.query_prefix,
+        document_prefix=request.document_prefix,
+    )
+    with conn.transaction():
+        catalog.insert(conn, spec)
+        ddl.create(conn, spec)
+        queued = ddl.enqueue_existing(conn, spec)
+    return spec, queued
+
+
+def remove(conn: psycopg.Connection, name: str) -> ModelSpec:
+    spec = catalog.get(conn, name)
+    with conn.transaction():
+        ddl.drop(conn, spec)
+        catalog.delete(conn, name)
+    return spec
+
+
+def settings_of(spec: ModelSpec) -> embedder.Settings:
+    """The embedder settings that reproduce this model's vectors exactly."""
+    return embedder.Settings(
+        model_ref=spec.model_ref,
+        pooling=spec.pooling,
+        normalize=spec.normalize,
+        max_seq_length=spec.max_seq_length,
+        query_prefix=spec.query_prefix,
+        document_prefix=spec.document_prefix,
+    )

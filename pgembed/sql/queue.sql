@@ -1,0 +1,86 @@
+-- name: claim
+-- Take up to `limit` ready keys; the lease is the pushed-forward next_attempt_at, so a killed
+-- worker's keys become ready again by themselves. One short statement: no transaction stays open.
+WITH picked AS (
+    SELECT key FROM pgembed.queue
+    WHERE model = %(model)s AND next_attempt_at <= now()
+    ORDER BY next_attempt_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE pgembed.queue q
+SET next_attempt_at = now() + make_interval(secs => %(lease)s), claimed_by = %(worker)s
+FROM picked
+WHERE q.model = %(model)s AND q.key = picked.key
+RETURNING q.key, q.seq, q.attempts;
+
+-- name: complete
+-- Remove exactly the entries that were claimed: a key enqueued again meanwhile has a new seq.
+DELETE FROM pgembed.queue q
+USING unnest(%(keys)s::text[], %(seqs)s::bigint[]) AS d(key, seq)
+WHERE q.model = %(model)s AND q.key = d.key AND q.seq = d.seq;
+
+-- name: release
+UPDATE pgembed.queue q
+SET next_attempt_at = now(), claimed_by = NULL
+FROM unnest(%(keys)s::text[], %(seqs)s::bigint[]) AS d(key, seq)
+WHERE q.model = %(model)s AND q.key = d.key AND q.seq = d.seq;
+
+-- name: fail_final
+-- The last attempt failed: move the key to failures with its error.
+WITH moved AS (
+    DELETE FROM pgembed.queue
+    WHERE model = %(model)s AND key = %(key)s AND seq = %(seq)s AND attempts + 1 >= %(max_attempts)s
+    RETURNING model, key, attempts + 1 AS attempts
+)
+INSERT INTO pgembed.failures (model, key, attempts, error)
+SELECT model, key, attempts, %(error)s FROM moved
+ON CONFLICT (model, key) DO UPDATE
+SET attempts = excluded.attempts, error = excluded.error, failed_at = now();
+
+-- name: fail_retry
+-- Not the last attempt: back off exponentially (2, 4, 8 ... seconds, at most an hour).
+UPDATE pgembed.queue
+SET attempts = attempts + 1, last_error = %(error)s, claimed_by = NULL,
+    next_attempt_at = now() + make_interval(secs => least(3600, 2 ^ (attempts + 1)))
+WHERE model = %(model)s AND key = %(key)s AND seq = %(seq)s;
+
+-- name: retry_failures
+WITH moved AS (
+    DELETE FROM pgembed.failures WHERE model = ANY(%(models)s) RETURNING model, key
+)
+INSERT INTO pgembed.queue (model, key)
+SELECT model, key FROM moved
+ON CONFLICT (model, key) DO NOTHING;
+
+-- name: forget_failures
+DELETE FROM pgembed.failures f
+USING unnest(%(keys)s::text[]) AS d(key)
+WHERE f.model = %(model)s AND f.key = d.key;
+
+-- name: mark_truncated
+INSERT INTO pgembed.truncated (model, key)
+SELECT %(model)s, key FROM unnest(%(keys)s::text[]) AS d(key)
+ON CONFLICT DO NOTHING;
+
+-- name: unmark_truncated
+DELETE FROM pgembed.truncated t
+USING unnest(%(keys)s::text[]) AS d(key)
+WHERE t.model = %(model)s AND t.key = d.key;
+
+-- name: log_batch
+INSERT INTO pgembed.batches (model, worker_id, rows, seconds)
+VALUES (%(model)s, %(worker)s, %(rows)s, %(seconds)s);
+
+-- name: heartbeat
+INSERT INTO pgembed.workers (id, host, pid, models)
+VALUES (%(worker)s, %(host)s, %(pid)s, %(models)s)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), models = excluded.models;
+
+-- name: prune
+-- Housekeeping a worker does now and then: old batch records and workers long gone.
+DELETE FROM pgembed.batches WHERE finished_at < now() - interval '1 hour';
+DELETE FROM pgembed.workers WHERE heartbeat_at < now() - interval '1 day';
+
+-- name: worker_exit
+DELETE FROM pgembed.workers WHERE id = %(worker)s;

@@ -1,0 +1,88 @@
+"""Real PostgreSQL (embedded, or $PGEMBED_TEST_DATABASE_URL) and the real model.
+
+One template database with the pgembed schema is built per session; each test gets its own
+database cloned from it (CREATE DATABASE ... TEMPLATE), which keeps tests fast and isolated.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+from helpers import REVIEWS
+from pgembed import db, migrate
+
+TEMPLATE = "pgembed_test_template"
+
+
+def with_database(url: str, dbname: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{dbname}"))
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    explicit = os.environ.get("PGEMBED_TEST_DATABASE_URL")
+    if explicit:
+        yield explicit
+        return
+    home = tmp_path_factory.mktemp("pgembed-home")
+    os.environ["PGEMBED_HOME"] = str(home)
+    for var in ("PGEMBED_DATABASE_URL", "DATABASE_URL"):
+        os.environ.pop(var, None)
+    from pgembed import embedded
+
+    yield embedded.url()
+
+
+@pytest.fixture(scope="session")
+def template_url(server_url: str) -> str:
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE}")
+        conn.execute(f"CREATE DATABASE {TEMPLATE}")
+    url = with_database(server_url, TEMPLATE)
+    with db.connection(url) as conn:
+        migrate.migrate(conn)
+    return url
+
+
+@pytest.fixture
+def db_url(server_url: str, template_url: str) -> Iterator[str]:
+    """A fresh database with the pgembed schema installed."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    yield with_database(server_url, name)
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def empty_db_url(server_url: str) -> Iterator[str]:
+    """A fresh database without the pgembed schema."""
+    name = f"e_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield with_database(server_url, name)
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def conn(db_url: str) -> Iterator[psycopg.Connection]:
+    with db.connection(db_url) as connection:
+        yield connection
+
+
+@pytest.fixture
+def reviews(conn: psycopg.Connection) -> psycopg.Connection:
+    """A small `reviews` table (id primary key, body text, stars int)."""
+    conn.execute("CREATE TABLE reviews (id integer PRIMARY KEY, body text, stars integer)")
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO reviews (id, body, stars) VALUES (%s, %s, 3)", REVIEWS)
+    return conn

@@ -1,0 +1,169 @@
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psycopg
+import pytest
+
+from helpers import REVIEWS, cli
+from pgembed import catalog, embedder, models, queue, source, worker, writer
+
+
+@pytest.fixture
+def spec(reviews: psycopg.Connection) -> catalog.ModelSpec:
+    return models.add(reviews, models.AddRequest("minilm", "reviews", "body"))[0]
+
+
+def vectors(conn: psycopg.Connection) -> dict[int, np.ndarray | None]:
+    rows = conn.execute("SELECT id, embedding_minilm FROM reviews").fetchall()
+    return {key: None if v is None else v.to_numpy() for key, v in rows}
+
+
+def expected(texts: list[str]) -> np.ndarray:
+    return embedder.get(embedder.Settings("all-MiniLM-L6-v2")).encode_documents(texts)
+
+
+def test_sync_once_embeds_every_row_with_the_models_vector(
+    spec: catalog.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    result = cli("--database-url", db_url, "sync", "--once", "--batch-size", "3")
+    assert result.exit_code == 0, result.output
+    assert "8 written" in result.output
+    got = vectors(reviews)
+    want = expected([text for _, text in REVIEWS])
+    for (key, _), vec in zip(REVIEWS, want, strict=True):
+        np.testing.assert_allclose(got[key], vec, atol=1e-5)
+    assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+
+
+def test_vector_is_not_written_when_text_changed_during_embedding(
+    spec: catalog.ModelSpec, reviews: psycopg.Connection
+) -> None:
+    claims = queue.claim(reviews, "minilm", "w1", 10, 60)
+    rows = source.read(reviews, spec, [c.key for c in claims])
+    vecs = expected([r.text for r in rows])
+    # The application changes a row while its batch is being embedded.
+    reviews.execute("UPDATE reviews SET body = 'rewritten while in flight' WHERE id = 3")
+    written = writer.write(reviews, spec, [r.key for r in rows], [r.text_md5 for r in rows], vecs)
+    queue.complete(reviews, "minilm", claims)
+    assert "3" not in written and len(written) == 7
+    assert vectors(reviews)[3] is None
+    # The changed row is still queued (with a new seq) and the next sync embeds its new text.
+    assert reviews.execute("SELECT key FROM pgembed.queue").fetchall() == [("3",)]
+
+
+def test_in_flight_update_ends_with_the_new_texts_vector(
+    spec: catalog.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    claims = queue.claim(reviews, "minilm", "w1", 10, 60)
+    reviews.execute("UPDATE reviews SET body = 'rewritten while in flight' WHERE id = 3")
+    rows = source.read(reviews, spec, [c.key for c in claims])  # already sees the new text...
+    reviews.execute("UPDATE reviews SET body = 'and rewritten again' WHERE id = 3")  # ...then this
+    written = writer.write(
+        reviews,
+        spec,
+        [r.key for r in rows],
+        [r.text_md5 for r in rows],
+        expected([r.text for r in rows]),
+    )
+    queue.complete(reviews, "minilm", claims)
+    assert "3" not in written
+    worker.Worker(db_url, worker.Options(once=True)).run()
+    np.testing.assert_allclose(vectors(reviews)[3], expected(["and rewritten again"])[0], atol=1e-5)
+
+
+def test_blank_text_gets_no_vector_and_leaves_the_queue(
+    spec: catalog.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    # Enqueue rows whose text is blank by hand (e.g. emptied after being queued).
+    reviews.execute("INSERT INTO reviews VALUES (50, 'x', 1)")
+    reviews.execute("ALTER TABLE reviews DISABLE TRIGGER USER")
+    reviews.execute("UPDATE reviews SET body = '' WHERE id = 50")
+    reviews.execute("ALTER TABLE reviews ENABLE TRIGGER USER")
+    stats = worker.Worker(db_url, worker.Options(once=True)).run()
+    assert stats.written == 8 and stats.skipped == 1
+    assert vectors(reviews)[50] is None
+    assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+
+
+def test_long_text_is_truncated_and_counted(
+    spec: catalog.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    long_text = "The battery life is disappointing. " * 120
+    reviews.execute("INSERT INTO reviews VALUES (60, %s, 1), (61, %s, 1)", (long_text, long_text))
+    worker.Worker(db_url, worker.Options(once=True)).run()
+    result = cli("--database-url", db_url, "status", "--json")
+    import json
+
+    (status,) = json.loads(result.output)
+    assert status["truncated"] == 2
+    assert status["rows_embedded"] == status["rows_total"] == 10
+    # Shortening the text clears the mark once it is embedded again.
+    reviews.execute("UPDATE reviews SET body = 'short now' WHERE id = 60")
+    worker.Worker(db_url, worker.Options(once=True)).run()
+    assert reviews.execute("SELECT count(*) FROM pgembed.truncated").fetchone() == (1,)
+
+
+def test_status_reports_progress(spec: catalog.ModelSpec, db_url: str) -> None:
+    import json
+
+    before = json.loads(cli("--database-url", db_url, "status", "--json").output)[0]
+    assert before["queued"] == 8 and before["rows_embedded"] == 0
+    assert before["oldest_queued_seconds"] >= 0
+    keys = {
+        "name",
+        "table",
+        "column",
+        "model",
+        "pooling",
+        "dimensions",
+        "rows_total",
+        "rows_embedded",
+        "queued",
+        "oldest_queued_seconds",
+    }
+    assert keys <= before.keys()
+    worker.Worker(db_url, worker.Options(once=True)).run()
+    after = json.loads(cli("--database-url", db_url, "status", "--json").output)[0]
+    assert after["queued"] == 0 and after["rows_embedded"] == 8
+    assert after["oldest_queued_seconds"] is None
+
+
+def test_daemon_wakes_on_notify_and_exits_zero_on_sigterm(
+    spec: catalog.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgembed", "--database-url", db_url, "sync", "--poll-seconds", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            done = reviews.execute("SELECT count(embedding_minilm) FROM reviews").fetchone()
+            if done == (8,):
+                break
+            time.sleep(0.2)
+        assert done == (8,)
+        # With a 60 s poll, only the NOTIFY can make this insert searchable quickly.
+        reviews.execute("INSERT INTO reviews VALUES (70, 'woken by notify', 1)")
+        inserted = time.monotonic()
+        while time.monotonic() - inserted < 20:
+            if reviews.execute(
+                "SELECT embedding_minilm IS NOT NULL FROM reviews WHERE id = 70"
+            ).fetchone() == (True,):
+                break
+            time.sleep(0.1)
+        assert time.monotonic() - inserted < 20
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert "rows_per_second=" in stderr  # one INFO line per batch
