@@ -1,0 +1,20 @@
+# The pgembed sync worker. CPU-only torch, pinned: an unpinned torch pulls a multi-GB CUDA build.
+FROM python:3.11-slim
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PYTHONUNBUFFERED=1 \
+    HF_HUB_OFFLINE=1
+
+WORKDIR /app
+RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+
+COPY pyproject.toml README.md ./
+COPY pgembed ./pgembed
+RUN pip install .
+
+# Runs as an unprivileged user; the database URL comes from the environment (PGEMBED_DATABASE_URL).
+RUN useradd --create-home pgembed
+USER pgembed
+
+ENTRYPOINT ["pgembed"]
+CMD ["sync"]
