@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
@@ -121,6 +122,9 @@ def model_group() -> None:
 )
 @click.option("--query-prefix", default="", help="Text put before every query.")
 @click.option("--document-prefix", default="", help="Text put before every embedded row.")
+@click.option(
+    "--fulltext", is_flag=True, help="Also create the full-text index hybrid search needs."
+)
 @pass_app
 def model_add(
     app: App,
@@ -134,6 +138,7 @@ def model_add(
     max_seq_length: int | None,
     query_prefix: str,
     document_prefix: str,
+    fulltext: bool,
 ) -> None:
     """Register model NAME on a table's text column and queue its existing rows."""
     request = models.AddRequest(
@@ -147,6 +152,7 @@ def model_add(
         max_seq_length=max_seq_length,
         query_prefix=query_prefix,
         document_prefix=document_prefix,
+        fulltext=fulltext,
     )
     with app.connect() as conn:
         spec, queued = models.add(conn, request)
@@ -184,6 +190,16 @@ def model_remove(app: App, name: str) -> None:
     with app.connect() as conn:
         spec = models.remove(conn, name)
     click.echo(f"removed model {spec.name} ({spec.embedding_column} dropped)")
+
+
+@model_group.command("fulltext")
+@click.argument("name")
+@pass_app
+def model_fulltext(app: App, name: str) -> None:
+    """Create model NAME's full-text index (for --hybrid), without blocking writes."""
+    with app.connect() as conn:
+        spec = models.fulltext(conn, name)
+    click.echo(f"model {spec.name}: full-text index pgembed_{spec.name}_fts is ready")
 
 
 @main.command("sync")
@@ -261,23 +277,48 @@ def _stop_on_signals(stop: Callable[[], None]) -> None:
 
 
 @main.command("query")
-@click.argument("text")
+@click.argument("text", required=False)
 @click.option("--model", "model_name", required=True, help="The model to search with.")
 @click.option("-k", "k", type=click.IntRange(1, 1000), default=10, show_default=True)
+@click.option(
+    "--filter",
+    "filter_json",
+    metavar="JSON",
+    help='Only rows matching, e.g. \'{"rating": {"$gte": 4}}\'.',
+)
+@click.option(
+    "--similar-to", metavar="KEY", help="Rows like the row with this key (instead of TEXT)."
+)
+@click.option(
+    "--hybrid", is_flag=True, help="Fuse vector and full-text rankings (needs the full-text index)."
+)
+@click.option("--ef-search", type=click.IntRange(1, 1000), help="hnsw.ef_search for this query.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
-def query_cmd(app: App, text: str, model_name: str, k: int, as_json: bool) -> None:
-    """Print the K rows nearest to TEXT."""
+def query_cmd(
+    app: App,
+    text: str | None,
+    model_name: str,
+    k: int,
+    filter_json: str | None,
+    similar_to: str | None,
+    hybrid: bool,
+    ef_search: int | None,
+    as_json: bool,
+) -> None:
+    """Print the K rows nearest to TEXT (or to the row --similar-to KEY)."""
+    request = search.Request(
+        text, k, search.parse_filter(filter_json), similar_to, hybrid, ef_search
+    )
     with app.connect() as conn:
         spec = catalog.get(conn, model_name)
-        hits = search.query(conn, spec, text, k)
+        hits = search.run(conn, spec, request)
     if as_json:
-        click.echo(
-            json.dumps([{"key": h.key, "similarity": h.similarity, "text": h.text} for h in hits])
-        )
+        click.echo(json.dumps([dataclasses.asdict(h) for h in hits]))
         return
     for h in hits:
-        click.echo(f"{h.key}\t{h.similarity:.3f}\t{snippet(h.text)}")
+        score = f"{h.similarity:.3f}" if isinstance(h, search.Hit) else f"{h.score:.4f}"
+        click.echo(f"{h.key}\t{score}\t{snippet(h.text)}")
 
 
 def snippet(text: str, width: int = 100) -> str:

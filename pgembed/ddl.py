@@ -10,9 +10,17 @@ from psycopg import sql
 
 from .catalog import ModelSpec
 
+# The text search configuration of the full-text index; the SQL helpers in migrations/0002 use
+# the same expression, to_tsvector('english', text), so the planner can match it to the index.
+FULLTEXT_CONFIG = "english"
+
 
 def index_name(spec: ModelSpec) -> str:
     return f"pgembed_{spec.name}_hnsw"
+
+
+def fulltext_index_name(spec: ModelSpec) -> str:
+    return f"pgembed_{spec.name}_fts"
 
 
 def trigger_names(spec: ModelSpec) -> list[str]:
@@ -51,6 +59,38 @@ def create_index(conn: psycopg.Connection, spec: ModelSpec, *, concurrently: boo
     )
 
 
+def create_fulltext_index(
+    conn: psycopg.Connection, spec: ModelSpec, *, concurrently: bool = False
+) -> None:
+    """The GIN index hybrid search needs: an expression index on to_tsvector('english', text)."""
+    conn.execute(
+        sql.SQL(
+            "CREATE INDEX {concurrently} IF NOT EXISTS {name} ON {table} "
+            "USING gin (to_tsvector({config}, {column}))"
+        ).format(
+            concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""),
+            name=sql.Identifier(fulltext_index_name(spec)),
+            table=_table(spec),
+            config=sql.Literal(FULLTEXT_CONFIG),
+            column=sql.Identifier(spec.text_column),
+        )
+    )
+
+
+def drop_invalid_fulltext_index(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """A failed CREATE INDEX CONCURRENTLY leaves an invalid index that IF NOT EXISTS would keep."""
+    row = conn.execute(
+        "SELECT NOT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)",
+        (sql.Identifier(spec.table_schema, fulltext_index_name(spec)).as_string(conn),),
+    ).fetchone()
+    if row and row[0]:
+        conn.execute(
+            sql.SQL("DROP INDEX CONCURRENTLY {}").format(
+                sql.Identifier(spec.table_schema, fulltext_index_name(spec))
+            )
+        )
+
+
 def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
     ins, upd, dele, trunc = (sql.Identifier(n) for n in trigger_names(spec))
     table = _table(spec)
@@ -86,11 +126,10 @@ def drop(conn: psycopg.Connection, spec: ModelSpec) -> None:
     table = _table(spec)
     for name in trigger_names(spec):
         conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
-    conn.execute(
-        sql.SQL("DROP INDEX IF EXISTS {}").format(
-            sql.Identifier(spec.table_schema, index_name(spec))
+    for index in (index_name(spec), fulltext_index_name(spec)):
+        conn.execute(
+            sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(spec.table_schema, index))
         )
-    )
     conn.execute(
         sql.SQL("ALTER TABLE {} DROP COLUMN IF EXISTS {}").format(
             table, sql.Identifier(spec.embedding_column)

@@ -23,6 +23,7 @@ class AddRequest:
     max_seq_length: int | None = None
     query_prefix: str = ""
     document_prefix: str = ""
+    fulltext: bool = False  # also create the GIN index hybrid search needs
 
 
 def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
@@ -71,6 +72,8 @@ def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
     with conn.transaction():
         catalog.insert(conn, spec)
         ddl.create(conn, spec)
+        if request.fulltext:
+            ddl.create_fulltext_index(conn, spec)
         queued = ddl.enqueue_existing(conn, spec)
     return spec, queued
 
@@ -80,6 +83,17 @@ def remove(conn: psycopg.Connection, name: str) -> ModelSpec:
     with conn.transaction():
         ddl.drop(conn, spec)
         catalog.delete(conn, name)
+    return spec
+
+
+def fulltext(conn: psycopg.Connection, name: str) -> ModelSpec:
+    """Create the model's full-text index if it is missing, without blocking writes to the table.
+
+    `conn` must be in autocommit mode (CREATE INDEX CONCURRENTLY cannot run in a transaction).
+    """
+    spec = catalog.get(conn, name)
+    ddl.drop_invalid_fulltext_index(conn, spec)
+    ddl.create_fulltext_index(conn, spec, concurrently=True)
     return spec
 
 

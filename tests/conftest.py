@@ -86,3 +86,34 @@ def reviews(conn: psycopg.Connection) -> psycopg.Connection:
     with conn.cursor() as cur:
         cur.executemany("INSERT INTO reviews (id, body, stars) VALUES (%s, %s, 3)", REVIEWS)
     return conn
+
+
+SHOP_TEMPLATE = "pgembed_test_shop"
+
+
+@pytest.fixture(scope="session")
+def shop_template(server_url: str, template_url: str) -> str:
+    """Once per session: the 324 sample reviews (id, product, category, rating, text), embedded
+    by model `minilm` (all-MiniLM-L6-v2, mean pooling) with its full-text index."""
+    from pgembed import demo, models, worker
+
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {SHOP_TEMPLATE}")
+        conn.execute(f"CREATE DATABASE {SHOP_TEMPLATE} TEMPLATE {TEMPLATE}")
+    url = with_database(server_url, SHOP_TEMPLATE)
+    with db.connection(url) as conn:
+        demo.load(conn)
+        models.add(conn, models.AddRequest("minilm", "reviews", "text", fulltext=True))
+    worker.Worker(url, worker.Options(once=True)).run()
+    return SHOP_TEMPLATE
+
+
+@pytest.fixture
+def shop_url(server_url: str, shop_template: str) -> Iterator[str]:
+    """A fresh copy of the embedded sample reviews, to read or change at will."""
+    name = f"s_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {shop_template}")
+    yield with_database(server_url, name)
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

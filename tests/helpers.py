@@ -7,8 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import psycopg
 from click.testing import CliRunner, Result
+from pgvector import Vector
 
+from pgembed import catalog, models
 from pgembed.cli import main
 
 REVIEWS = [
@@ -40,3 +44,26 @@ def run_cli(
         env={**os.environ, **(env or {})},
         cwd=Path(__file__).parent.parent,
     )
+
+
+def make_items(
+    conn: psycopg.Connection, rows: int = 3000, rare_every: int = 50
+) -> catalog.ModelSpec:
+    """`items` (id, body, bucket, note) watched by model `minilm`, with random unit vectors
+    written directly: big enough for the planner to pick the HNSW index, without embedding
+    thousands of texts. `bucket = 'rare'` on every `rare_every`-th row (2 % by default);
+    `note` is NULL on every third row."""
+    conn.execute("CREATE TABLE items (id integer PRIMARY KEY, body text, bucket text, note text)")
+    spec = models.add(conn, models.AddRequest("minilm", "items", "body"))[0]
+    vectors = np.random.default_rng(7).normal(size=(rows, spec.dimensions)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    copy = "COPY items (id, body, bucket, note, embedding_minilm) FROM STDIN (FORMAT BINARY)"
+    with conn.cursor() as cur, cur.copy(copy) as out:
+        out.set_types(["integer", "text", "text", "text", "vector"])
+        for i, vector in enumerate(vectors):
+            bucket = "rare" if i % rare_every == 0 else "common"
+            note = None if i % 3 == 0 else f"note {i % 5}"
+            out.write_row((i, f"item number {i}", bucket, note, Vector(vector)))
+    conn.execute("DELETE FROM pgembed.queue")  # the vectors are already there
+    conn.execute("ANALYZE items")
+    return spec

@@ -1,0 +1,432 @@
+"""The SQL helpers pgembed.search / similar / hybrid_search, called as a user would: plain SQL."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+import psycopg
+import pytest
+from pgvector import Vector
+
+from helpers import cli, make_items
+from pgembed import catalog, db, search
+
+BATTERY = "the battery dies before lunch"
+
+
+@pytest.fixture
+def shop(shop_url: str) -> Iterator[psycopg.Connection]:
+    with db.connection(shop_url) as conn:
+        yield conn
+
+
+@pytest.fixture
+def items(conn: psycopg.Connection) -> psycopg.Connection:
+    make_items(conn)
+    return conn
+
+
+def qvec(conn: psycopg.Connection, text: str) -> Vector:
+    return Vector(search.embed_query(catalog.get(conn, "minilm"), text))
+
+
+def random_query(seed: int = 1) -> Vector:
+    v = np.random.default_rng(seed).normal(size=384).astype(np.float32)
+    return Vector(v / np.linalg.norm(v))
+
+
+def rows(conn: psycopg.Connection, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    return conn.execute(statement, params).fetchall()
+
+
+@contextmanager
+def plans(conn: psycopg.Connection) -> Iterator[list[str]]:
+    """The plan of every statement run inside, the helpers' own dynamic SQL included."""
+    found: list[str] = []
+    conn.add_notice_handler(lambda diag: found.append(diag.message_primary or ""))
+    for setting in (
+        "LOAD 'auto_explain'",
+        "SET auto_explain.log_min_duration = 0",
+        "SET auto_explain.log_nested_statements = on",
+        "SET auto_explain.log_level = notice",
+    ):
+        conn.execute(setting)
+    yield found
+    conn.execute("SET auto_explain.log_min_duration = -1")
+
+
+def test_public_signatures_are_security_invoker(conn: psycopg.Connection) -> None:
+    found = rows(
+        conn,
+        "SELECT p.proname, pg_get_function_arguments(p.oid), pg_get_function_result(p.oid), "
+        "p.prosecdef FROM pg_proc p WHERE p.pronamespace = 'pgembed'::regnamespace "
+        "AND p.proname IN ('search', 'similar', 'hybrid_search') ORDER BY 1",
+    )
+    assert found == [
+        (
+            "hybrid_search",
+            "model text, query vector, query_text text, k integer DEFAULT 10, "
+            "filter jsonb DEFAULT NULL::jsonb",
+            "TABLE(key text, score double precision)",
+            False,
+        ),
+        (
+            "search",
+            "model text, query vector, k integer DEFAULT 10, filter jsonb DEFAULT NULL::jsonb",
+            "TABLE(key text, similarity double precision)",
+            False,
+        ),
+        (
+            "similar",
+            "model text, key text, k integer DEFAULT 10, filter jsonb DEFAULT NULL::jsonb",
+            "TABLE(key text, similarity double precision)",
+            False,
+        ),
+    ]
+
+
+def test_search_is_plain_sql_nearest_first(shop: psycopg.Connection) -> None:
+    q = qvec(shop, BATTERY)
+    hits = rows(shop, "SELECT key, similarity FROM pgembed.search('minilm', %s, 5)", q)
+    plain = rows(
+        shop,
+        "SELECT id::text, 1 - (embedding_minilm <=> %s) FROM reviews "
+        "ORDER BY embedding_minilm <=> %s LIMIT 5",
+        q,
+        q,
+    )
+    assert [key for key, _ in hits] == [key for key, _ in plain]
+    np.testing.assert_allclose([s for _, s in hits], [s for _, s in plain], atol=1e-6)
+    assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
+    assert hits[0][0] == "1"  # "The battery is the weak point. ... by lunchtime ..."
+    assert len(rows(shop, "SELECT * FROM pgembed.search('minilm', %s)", q)) == 10  # k's default
+
+
+def test_explain_shows_the_hnsw_index(items: psycopg.Connection) -> None:
+    q = random_query()
+    with plans(items) as found:
+        items.execute("SELECT * FROM pgembed.search('minilm', %s, 10)", (q,))
+        items.execute("SELECT * FROM pgembed.similar('minilm', '5', 10)")
+    helper_plans = [p for p in found if "WITH hits AS MATERIALIZED" in p]
+    assert len(helper_plans) == 2
+    assert all("Index Scan using pgembed_minilm_hnsw on items t" in p for p in helper_plans)
+
+
+def test_filter_matching_2_percent_returns_k_rows(items: psycopg.Connection) -> None:
+    q = random_query()
+    rare = {"bucket": "rare"}
+    statement = "SELECT key FROM pgembed.search('minilm', %s, 10, %s)"
+    assert items.execute("SELECT count(*) FROM items WHERE bucket = 'rare'").fetchone() == (60,)
+    # Left alone, the planner may sort the 60 matches; force the HNSW path to test it.
+    items.execute("SET enable_seqscan = off")
+    with plans(items) as found:
+        keys = [k for (k,) in rows(items, statement, q, json.dumps(rare))]
+    assert any("Index Scan using pgembed_minilm_hnsw" in p for p in found)
+    assert len(keys) == 10
+    assert all(int(k) % 50 == 0 for k in keys)
+    similar = rows(
+        items, "SELECT key FROM pgembed.similar('minilm', '0', 10, %s)", json.dumps(rare)
+    )
+    assert len(similar) == 10 and ("0",) not in similar
+    # Without the iterative scan (the caller's own setting wins) the index runs dry early.
+    items.execute("SET hnsw.iterative_scan = off")
+    assert len(rows(items, statement, q, json.dumps(rare))) < 10
+
+
+def test_ef_search_model_default_and_user_setting(items: psycopg.Connection) -> None:
+    q = random_query()
+
+    def count() -> int:
+        row = items.execute("SELECT count(*) FROM pgembed.search('minilm', %s, 100)", (q,))
+        return int((row.fetchone() or (0,))[0])
+
+    # On the HNSW path without iterative scans pgvector returns at most ef_search rows, which
+    # makes the setting visible. (Left alone, the planner may prefer a seq scan for k > ef_search.)
+    items.execute("SET enable_seqscan = off")
+    assert count() == 100  # iterative scans go past ef_search
+    items.execute("SET hnsw.iterative_scan = off")
+    assert count() == 40  # pgvector's default
+    items.execute("UPDATE pgembed.models SET ef_search = 60 WHERE name = 'minilm'")
+    assert count() == 60  # the model's default (`pgembed tune` sets it)
+    items.execute("SET hnsw.ef_search = 70")
+    assert count() == 70  # the user's SET wins
+    with items.transaction():
+        items.execute("SET LOCAL hnsw.ef_search = 30")
+        assert count() == 30
+        # The helper's own settings end with it: the caller's stay as they were.
+        assert items.execute("SHOW hnsw.ef_search").fetchone() == ("30",)
+        assert items.execute("SHOW hnsw.iterative_scan").fetchone() == ("off",)
+    items.execute("RESET hnsw.ef_search")
+    items.execute("RESET hnsw.iterative_scan")
+    assert count() == 100
+    assert items.execute("SHOW hnsw.ef_search").fetchone() == ("40",)
+    assert items.execute("SHOW hnsw.iterative_scan").fetchone() == ("off",)
+
+
+FILTERS: list[tuple[dict[str, Any], str]] = [
+    ({"category": "phones"}, "category = 'phones'"),
+    ({"rating": {"$eq": 5}}, "rating = 5"),
+    ({"rating": {"$ne": 5}}, "rating <> 5"),
+    ({"rating": {"$gt": 3}}, "rating > 3"),
+    ({"rating": {"$gte": 4}}, "rating >= 4"),
+    ({"rating": {"$lt": 2}}, "rating < 2"),
+    ({"rating": {"$lte": 2}}, "rating <= 2"),
+    ({"category": {"$in": ["phones", "laptops"]}}, "category IN ('phones', 'laptops')"),
+    (
+        {"rating": {"$in": [1, 5]}, "category": "chargers"},
+        "rating IN (1, 5) AND category = 'chargers'",
+    ),
+    ({"rating": {"$gte": 2, "$lte": 3}}, "rating BETWEEN 2 AND 3"),
+    ({"product": "Pebble S2 phone"}, "product = 'Pebble S2 phone'"),
+]
+
+
+@pytest.mark.parametrize(("filter", "where"), FILTERS, ids=[w for _, w in FILTERS])
+def test_filter_operators(shop: psycopg.Connection, filter: dict[str, Any], where: str) -> None:
+    q = qvec(shop, BATTERY)
+    hits = rows(shop, "SELECT key FROM pgembed.search('minilm', %s, 30, %s)", q, json.dumps(filter))
+    # The same search written by hand with the WHERE clause: exact, so compare as sets.
+    expected = rows(
+        shop,
+        f"SELECT id::text FROM reviews WHERE {where} ORDER BY embedding_minilm <=> %s LIMIT 30",
+        q,
+    )
+    assert hits and sorted(hits) == sorted(expected)
+
+
+def test_null_filters(items: psycopg.Connection) -> None:
+    q = random_query()
+
+    def keys(filter: dict[str, Any]) -> list[int]:
+        found = rows(
+            items, "SELECT key FROM pgembed.search('minilm', %s, 20, %s)", q, json.dumps(filter)
+        )
+        return [int(k) for (k,) in found]
+
+    assert len(keys({"note": None})) == 20 and all(k % 3 == 0 for k in keys({"note": None}))
+    not_null = keys({"note": {"$ne": None}})
+    assert len(not_null) == 20 and all(k % 3 != 0 for k in not_null)
+    # $ne keeps rows whose column is NULL (as MongoDB does).
+    assert any(k % 3 == 0 for k in keys({"note": {"$ne": "note 1"}}))
+
+
+HOSTILE_KEYS = [
+    "rating; DROP TABLE reviews",
+    'rating" OR 1=1 --',
+    "t.rating",
+    "",
+    "id) OR (1=1",
+    "rating\nOR true",
+]
+REFUSED = [
+    *({key: 1} for key in HOSTILE_KEYS),
+    {"rating": {"$where": "1=1"}},
+    {"rating": {"$gt": 1, "; DROP TABLE reviews": 1}},
+    {"rating": {}},
+    {"rating": {"$gt": None}},
+    {"category": {"$in": "phones"}},
+    {"rating": "1 OR 1=1"},
+    {"rating": {"$gte": "4); DROP TABLE reviews; --"}},
+    [1, 2],
+    "rating = 1",
+]
+
+
+@pytest.mark.parametrize("filter", REFUSED, ids=[json.dumps(f) for f in REFUSED])
+def test_hostile_filters_are_refused_with_one_line(shop: psycopg.Connection, filter: Any) -> None:
+    q = qvec(shop, BATTERY)
+    with pytest.raises(psycopg.DataError) as caught:
+        shop.execute("SELECT * FROM pgembed.search('minilm', %s, 5, %s)", (q, json.dumps(filter)))
+    message = caught.value.diag.message_primary or ""
+    assert message and "\n" not in message
+    assert shop.execute("SELECT count(*) FROM reviews").fetchone() == (324,)
+
+
+HARMLESS = [
+    {"category": "phones' OR '1'='1"},
+    {"category": "x'); DROP TABLE reviews; --"},
+    {"category": {"$in": ["phones", "') OR true --"]}},
+    {"product": {"$gt": "z' OR 'a'='a"}},
+]
+
+
+@pytest.mark.parametrize("filter", HARMLESS, ids=[json.dumps(f) for f in HARMLESS])
+def test_hostile_values_are_only_values(shop: psycopg.Connection, filter: dict[str, Any]) -> None:
+    q = qvec(shop, BATTERY)
+    hits = rows(shop, "SELECT key FROM pgembed.search('minilm', %s, 50, %s)", q, json.dumps(filter))
+    keys = [int(k) for (k,) in hits]
+    categories = {c for (c,) in rows(shop, "SELECT category FROM reviews WHERE id = ANY(%s)", keys)}
+    assert categories <= {"phones"}  # at most the honest part of the $in matched
+    assert shop.execute("SELECT count(*) FROM reviews").fetchone() == (324,)
+
+
+def test_helper_errors_are_clear(shop: psycopg.Connection) -> None:
+    q = qvec(shop, BATTERY)
+    cases: list[tuple[str, tuple[Any, ...], str]] = [
+        ("SELECT * FROM pgembed.search('nope', %s)", (q,), 'unknown model "nope"'),
+        ("SELECT * FROM pgembed.search('minilm', %s, 0)", (q,), "k must be a positive"),
+        ("SELECT * FROM pgembed.search('minilm', '[1,2,3]')", (), "has 384 dimensions"),
+        ("SELECT * FROM pgembed.similar('minilm', '9999')", (), 'no row with id = "9999"'),
+        ("SELECT * FROM pgembed.similar('minilm', 'abc')", (), "invalid input syntax"),
+        ("SELECT * FROM pgembed.hybrid_search('minilm', %s, NULL)", (q,), "query text is NULL"),
+    ]
+    for statement, params, message in cases:
+        with pytest.raises(psycopg.Error, match=message):
+            shop.execute(statement, params)
+    shop.execute("INSERT INTO reviews VALUES (1000, 'p', 'phones', 3, 'queued, not embedded yet')")
+    with pytest.raises(psycopg.Error, match="has no vector yet: run `pgembed sync`"):
+        shop.execute("SELECT * FROM pgembed.similar('minilm', '1000')")
+
+
+def test_similar_excludes_the_row_itself(shop: psycopg.Connection) -> None:
+    hits = rows(shop, "SELECT key, similarity FROM pgembed.similar('minilm', '1', 5)")
+    own = rows(
+        shop,
+        "SELECT s.key, s.similarity FROM reviews r, "
+        "pgembed.search('minilm', r.embedding_minilm, 6) s WHERE r.id = 1",
+    )
+    assert own[0][0] == "1" and pytest.approx(own[0][1]) == 1.0
+    assert hits == own[1:]
+    phones = rows(
+        shop, "SELECT key FROM pgembed.similar('minilm', '1', 5, '{\"category\": \"laptops\"}')"
+    )
+    categories = rows(
+        shop,
+        "SELECT DISTINCT category FROM reviews WHERE id = ANY(%s::int[])",
+        [k for (k,) in phones],
+    )
+    assert len(phones) == 5 and categories == [("laptops",)]
+
+
+def test_hybrid_search_is_reciprocal_rank_fusion(shop: psycopg.Connection) -> None:
+    text = "stamina of a goldfish"
+    q = qvec(shop, text)
+    got = rows(shop, "SELECT key, score FROM pgembed.hybrid_search('minilm', %s, %s, 5)", q, text)
+    n = 40  # each ranking is cut at greatest(4k, 40)
+    semantic = [k for (k,) in rows(shop, "SELECT key FROM pgembed.search('minilm', %s, %s)", q, n)]
+    lexical = [
+        k
+        for (k,) in rows(
+            shop,
+            "SELECT id::text FROM reviews, websearch_to_tsquery('english', %s) q "
+            "WHERE to_tsvector('english', text) @@ q "
+            "ORDER BY ts_rank_cd(to_tsvector('english', text), q) DESC, id LIMIT %s",
+            text,
+            n,
+        )
+    ]
+    assert lexical  # "goldfish" is in one review
+    fused: dict[str, float] = {}
+    for ranking in (semantic, lexical):
+        for rank, key in enumerate(ranking, start=1):
+            fused[key] = fused.get(key, 0.0) + 1 / (60 + rank)
+    expected = sorted(fused.items(), key=lambda kv: -kv[1])[:5]
+    assert [k for k, _ in got] == [k for k, _ in expected]
+    np.testing.assert_allclose([s for _, s in got], [s for _, s in expected])
+    assert got[0][0] == lexical[0]  # in both rankings, so first
+
+
+def test_hybrid_search_needs_the_fulltext_index_and_uses_it(
+    shop: psycopg.Connection, shop_url: str
+) -> None:
+    text = "battery"
+    q = qvec(shop, text)
+    statement = "SELECT * FROM pgembed.hybrid_search('minilm', %s, %s, 5, %s)"
+    shop.execute("SET enable_seqscan = off")
+    with plans(shop) as found:
+        hits = rows(shop, statement, q, text, json.dumps({"rating": 5}))
+    assert len(hits) == 5
+    assert any("Bitmap Index Scan on pgembed_minilm_fts" in p for p in found)
+    shop.execute("DROP INDEX pgembed_minilm_fts")
+    with pytest.raises(
+        psycopg.Error, match=r"no full-text index: run `pgembed model fulltext minilm`"
+    ):
+        shop.execute(statement, (q, text, None))
+    result = cli("--database-url", shop_url, "model", "fulltext", "minilm")
+    assert result.exit_code == 0, result.output
+    assert "pgembed_minilm_fts is ready" in result.output
+    assert len(rows(shop, statement, q, text, None)) == 5
+
+
+def test_model_add_fulltext_and_remove(reviews: psycopg.Connection, db_url: str) -> None:
+    result = cli(
+        "--database-url",
+        db_url,
+        "model",
+        "add",
+        "minilm",
+        "--table",
+        "reviews",
+        "--column",
+        "body",
+        "--fulltext",
+    )
+    assert result.exit_code == 0, result.output
+    index = "SELECT indexdef FROM pg_indexes WHERE indexname = 'pgembed_minilm_fts'"
+    (indexdef,) = reviews.execute(index).fetchone() or ("",)
+    assert "gin" in indexdef and "to_tsvector('english'::regconfig, body)" in indexdef
+    assert cli("--database-url", db_url, "model", "remove", "minilm").exit_code == 0
+    assert reviews.execute(index).fetchone() is None
+
+
+def with_user(url: str, user: str) -> str:
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}@{host}"))
+
+
+@pytest.fixture
+def reader(shop: psycopg.Connection) -> Iterator[str]:
+    """A role that may only SELECT the watched table (plus read the catalog)."""
+    role = f"pgembed_reader_{uuid.uuid4().hex[:8]}"
+    shop.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        shop.execute(f"GRANT USAGE ON SCHEMA pgembed TO {role}")
+        shop.execute(f"GRANT SELECT ON pgembed.models, pgembed.migrations TO {role}")
+        shop.execute(f"GRANT SELECT ON reviews TO {role}")
+        yield role
+    finally:
+        shop.execute(f"DROP OWNED BY {role}")
+        shop.execute(f"DROP ROLE {role}")
+
+
+def test_read_only_role_sees_only_its_rows(
+    shop: psycopg.Connection, shop_url: str, reader: str
+) -> None:
+    # Row-level security: the reader may see only well-rated reviews.
+    shop.execute("ALTER TABLE reviews ENABLE ROW LEVEL SECURITY")
+    shop.execute("CREATE POLICY good_only ON reviews FOR SELECT USING (rating >= 4)")
+    q = qvec(shop, BATTERY)
+    with db.connection(with_user(shop_url, reader)) as conn:
+        for statement, params in [
+            ("SELECT key FROM pgembed.search('minilm', %s, 10)", (q,)),
+            ("SELECT key FROM pgembed.similar('minilm', '16', 10)", ()),
+            ("SELECT key FROM pgembed.hybrid_search('minilm', %s, 'battery', 10)", (q,)),
+        ]:
+            keys = [int(k) for (k,) in conn.execute(statement, params).fetchall()]
+            assert len(keys) == 10
+            lowest = shop.execute("SELECT min(rating) FROM reviews WHERE id = ANY(%s)", (keys,))
+            assert lowest.fetchone() in ((4,), (5,))
+        # Row 1 (2 stars) is invisible to the reader: it cannot be used as a query either.
+        with pytest.raises(psycopg.Error, match="no row with id"):
+            conn.execute("SELECT * FROM pgembed.similar('minilm', '1')")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("UPDATE reviews SET rating = 5")
+
+
+def test_role_without_select_on_the_table_gets_nothing(
+    shop: psycopg.Connection, shop_url: str, reader: str
+) -> None:
+    shop.execute(f"REVOKE SELECT ON reviews FROM {reader}")
+    q = qvec(shop, BATTERY)
+    with db.connection(with_user(shop_url, reader)) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM pgembed.search('minilm', %s)", (q,))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM pgembed.similar('minilm', '1')")
