@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
@@ -56,3 +57,42 @@ def first_line(exc: BaseException) -> str:
 def describe(exc: psycopg.Error) -> DatabaseError:
     """Turn a driver error into pgembed's one-line error."""
     return DatabaseError(f"database error: {first_line(exc)}")
+
+
+class Pool:
+    """A few autocommit connections reused across calls and threads; no background threads.
+
+    Each caller gets a connection of its own; one left broken or inside a transaction is closed.
+    """
+
+    def __init__(self, url: str, max_idle: int = 4) -> None:
+        self.url = url
+        self._max_idle = max_idle
+        self._idle: list[psycopg.Connection] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None or conn.closed:
+            conn = connect(self.url)
+        try:
+            yield conn
+        finally:
+            self._give_back(conn)
+
+    def _give_back(self, conn: psycopg.Connection) -> None:
+        idle = psycopg.pq.TransactionStatus.IDLE
+        if not conn.closed and conn.info.transaction_status == idle:
+            with self._lock:
+                if len(self._idle) < self._max_idle:
+                    self._idle.append(conn)
+                    return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
