@@ -1,0 +1,234 @@
+"""pgembed.orm with SQLAlchemy 2.0 (and Alembic), against the real database and model."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from pgvector.sqlalchemy import Vector
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from helpers import make_items
+from pgembed import Client, db, orm
+from pgembed.errors import NotFoundError, UsageError
+
+ROOT = Path(__file__).parent.parent
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Review(Base):
+    __tablename__ = "reviews"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    product: Mapped[str]
+    category: Mapped[str]
+    rating: Mapped[int]
+    text: Mapped[str]
+    embedding_minilm: Mapped[Any] = mapped_column(Vector(384), deferred=True, nullable=True)
+
+
+class Item(Base):
+    __tablename__ = "items"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    body: Mapped[str]
+    bucket: Mapped[str]
+    embedding_minilm: Mapped[Any] = mapped_column(Vector(384), deferred=True, nullable=True)
+
+
+class Other(DeclarativeBase):
+    pass
+
+
+class Unmapped(Other):
+    """The reviews table without its vector column."""
+
+    __tablename__ = "reviews"
+    id: Mapped[int] = mapped_column(primary_key=True)
+
+
+class Elsewhere(Other):
+    __tablename__ = "not_reviews"
+    id: Mapped[int] = mapped_column(primary_key=True)
+
+
+def engine_for(url: str) -> sa.Engine:
+    return sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+
+
+@pytest.fixture
+def session(shop_url: str) -> Iterator[Session]:
+    engine = engine_for(shop_url)
+    with Session(engine) as s:
+        yield s
+    engine.dispose()
+
+
+@pytest.fixture
+def items_session(conn: psycopg.Connection, db_url: str) -> Iterator[Session]:
+    make_items(conn)
+    engine = engine_for(db_url)
+    with Session(engine) as s:
+        yield s
+    engine.dispose()
+
+
+def test_nearest_with_where(session: Session, shop_url: str) -> None:
+    hits = orm.nearest(
+        session, Review, "minilm", "battery dies fast", k=5, where=Review.rating >= 4
+    )
+    assert len(hits) == 5
+    assert all(isinstance(r, Review) and r.rating >= 4 for r, _ in hits)
+    assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
+    with Client(shop_url) as client:
+        same = client.search("minilm", "battery dies fast", k=5, filter={"rating": {"$gte": 4}})
+    assert [str(r.id) for r, _ in hits] == [h.key for h in same]
+    assert [s for _, s in hits] == pytest.approx([h.similarity for h in same], abs=1e-6)
+    assert "embedding_minilm" not in hits[0][0].__dict__  # deferred: the vector stays in the db
+
+
+def test_similar_to_and_neighbours(session: Session, shop_url: str) -> None:
+    hits = orm.similar_to(session, Review, "minilm", 1, k=4)
+    with Client(shop_url) as client:
+        same = client.similar("minilm", 1, k=4)
+    assert [str(r.id) for r, _ in hits] == [h.key for h in same]
+    laptops = orm.neighbours(session, Review, "minilm", 1, k=3, where=Review.category == "laptops")
+    assert len(laptops) == 3 and {r.category for r, _ in laptops} == {"laptops"}
+
+
+def statements(session: Session) -> list[tuple[str, Any]]:
+    seen: list[tuple[str, Any]] = []
+    sa.event.listen(
+        session.get_bind(),
+        "before_cursor_execute",
+        lambda _c, _cur, statement, params, _ctx, _many: seen.append((statement, params)),
+    )
+    return seen
+
+
+def explain(session: Session, statement: str, params: Any) -> str:
+    plan = session.connection().exec_driver_sql("EXPLAIN " + statement, params)
+    return "\n".join(row[0] for row in plan)
+
+
+def test_nearest_is_one_statement_using_the_index(items_session: Session) -> None:
+    seen = statements(items_session)
+    hits = orm.nearest(items_session, Item, "minilm", "anything", k=10)
+    searches = [(s, p) for s, p in seen if "<=>" in s]
+    assert len(hits) == 10 and len(searches) == 1
+    assert "ORDER BY items.embedding_minilm <=>" in searches[0][0]
+    assert "Index Scan using pgembed_minilm_hnsw on items" in explain(items_session, *searches[0])
+    seen.clear()
+    like = orm.similar_to(items_session, Item, "minilm", 5, k=10)
+    (search,) = [(s, p) for s, p in seen if "<=>" in s]
+    assert len(like) == 10 and 5 not in {i.id for i, _ in like}
+    assert "Index Scan using pgembed_minilm_hnsw on items" in explain(items_session, *search)
+
+
+def test_where_matching_2_percent_still_returns_k(items_session: Session) -> None:
+    items_session.execute(sa.text("SET enable_seqscan = off"))  # keep the planner on HNSW
+    seen = statements(items_session)
+    rare = orm.nearest(items_session, Item, "minilm", "x", k=10, where=Item.bucket == "rare")
+    assert len(rare) == 10 and {i.bucket for i, _ in rare} == {"rare"}
+    (search,) = [(s, p) for s, p in seen if "<=>" in s]
+    assert "Index Scan using pgembed_minilm_hnsw on items" in explain(items_session, *search)
+    items_session.commit()
+    # The settings lasted only for that transaction; a caller's own setting wins.
+    assert items_session.execute(sa.text("SHOW hnsw.iterative_scan")).scalar() == "off"
+    items_session.execute(sa.text("SET LOCAL hnsw.iterative_scan = off"))
+    few = orm.nearest(items_session, Item, "minilm", "x", k=10, where=Item.bucket == "rare")
+    assert len(few) < 10
+
+
+def test_orm_errors(session: Session) -> None:
+    with pytest.raises(NotFoundError, match="unknown model 'nope'"):
+        orm.nearest(session, Review, "nope", "x")
+    with pytest.raises(UsageError, match=r"mapped_column\(Vector\(384\), deferred=True\)"):
+        orm.nearest(session, Unmapped, "minilm", "x")
+    with pytest.raises(UsageError, match=r"watches public\.reviews"):
+        orm.nearest(session, Elsewhere, "minilm", "x")
+    with pytest.raises(NotFoundError, match="no row with id = 99999"):
+        orm.similar_to(session, Review, "minilm", 99999)
+    with pytest.raises(UsageError, match="k must be a positive"):
+        orm.nearest(session, Review, "minilm", "x", k=0)
+
+
+def app_metadata(with_vector: bool) -> sa.MetaData:
+    """The reviews table as an application that knows nothing of pgembed would declare it."""
+    metadata = sa.MetaData()
+    columns: list[sa.Column[Any]] = [
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("product", sa.Text, nullable=False),
+        sa.Column("category", sa.Text, nullable=False),
+        sa.Column("rating", sa.Integer, nullable=False),
+        sa.Column("text", sa.Text, nullable=False),
+    ]
+    if with_vector:
+        columns.append(sa.Column("embedding_minilm", Vector(384)))
+    sa.Table("reviews", metadata, *columns, sa.CheckConstraint("rating BETWEEN 1 AND 5"))
+    return metadata
+
+
+def autogenerate(url: str, metadata: sa.MetaData, **options: Any) -> list[Any]:
+    engine = engine_for(url)
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True, **options})
+        diffs = compare_metadata(context, metadata)
+    engine.dispose()
+    return list(diffs)
+
+
+def test_alembic_autogenerate_leaves_pgembed_alone(shop_url: str) -> None:
+    # Without the helper, autogenerate would drop pgembed's column and indexes.
+    naive = str(autogenerate(shop_url, app_metadata(with_vector=False)))
+    assert "remove_column" in naive and "embedding_minilm" in naive
+    assert "pgembed_minilm_hnsw" in naive and "pgembed_minilm_fts" in naive
+    helped = {"include_object": orm.include_object}
+    assert autogenerate(shop_url, app_metadata(with_vector=False), **helped) == []
+    assert autogenerate(shop_url, app_metadata(with_vector=True), **helped) == []
+    # With every schema compared, pgembed's own tables are left alone too.
+    everything = {"include_schemas": True, **helped}
+    assert autogenerate(shop_url, app_metadata(with_vector=False), **everything) == []
+    assert (
+        autogenerate(
+            shop_url,
+            app_metadata(with_vector=False),
+            include_schemas=True,
+            include_name=orm.include_name,
+        )
+        == []
+    )
+
+
+def test_the_orm_example_runs_end_to_end(db_url: str) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "orm_app.py"), db_url],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout's pgembed
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "synced: 8 reviews embedded"
+    hit = re.compile(r"^  (\d\.\d{3}) id=(\d+) rating=(\d) ")
+    nearest = [m.groups() for m in map(hit.match, lines[2:5]) if m]
+    similar = [m.groups() for m in map(hit.match, lines[6:9]) if m]
+    assert len(nearest) == len(similar) == 3
+    assert nearest[0][1] == "2"  # "Battery life is outstanding"
+    assert all(int(rating) >= 4 for _, _, rating in nearest)
+    assert "1" not in {key for _, key, _ in similar}
+    with db.connection(db_url) as conn:
+        assert conn.execute("SELECT count(embedding_minilm) FROM app_reviews").fetchone() == (8,)
