@@ -308,7 +308,12 @@ def query_cmd(
 ) -> None:
     """Print the K rows nearest to TEXT (or to the row --similar-to KEY)."""
     request = search.Request(
-        text, k, search.parse_filter(filter_json), similar_to, hybrid, ef_search
+        text=text,
+        k=k,
+        filter=search.parse_filter(filter_json),
+        similar_to=similar_to,
+        hybrid=hybrid,
+        ef_search=ef_search,
     )
     with app.connect() as conn:
         spec = catalog.get(conn, model_name)

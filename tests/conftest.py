@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 
-from helpers import REVIEWS
+from helpers import REVIEWS, make_items
 from pgembed import db, migrate
 
 TEMPLATE = "pgembed_test_template"
@@ -89,6 +90,25 @@ def reviews(conn: psycopg.Connection) -> psycopg.Connection:
 
 
 SHOP_TEMPLATE = "pgembed_test_shop"
+ITEMS_TEMPLATE = "pgembed_test_items"
+
+
+def build_template(server_url: str, name: str) -> str:
+    """A database cloned from the migrated template, to fill once per session."""
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    return with_database(server_url, name)
+
+
+@contextmanager
+def clone(server_url: str, template: str, prefix: str) -> Iterator[str]:
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+    yield with_database(server_url, name)
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.fixture(scope="session")
@@ -97,10 +117,7 @@ def shop_template(server_url: str, template_url: str) -> str:
     by model `minilm` (all-MiniLM-L6-v2, mean pooling) with its full-text index."""
     from pgembed import demo, models, worker
 
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {SHOP_TEMPLATE}")
-        conn.execute(f"CREATE DATABASE {SHOP_TEMPLATE} TEMPLATE {TEMPLATE}")
-    url = with_database(server_url, SHOP_TEMPLATE)
+    url = build_template(server_url, SHOP_TEMPLATE)
     with db.connection(url) as conn:
         demo.load(conn)
         models.add(conn, models.AddRequest("minilm", "reviews", "text", fulltext=True))
@@ -111,9 +128,20 @@ def shop_template(server_url: str, template_url: str) -> str:
 @pytest.fixture
 def shop_url(server_url: str, shop_template: str) -> Iterator[str]:
     """A fresh copy of the embedded sample reviews, to read or change at will."""
-    name = f"s_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {shop_template}")
-    yield with_database(server_url, name)
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with clone(server_url, shop_template, "s") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def items_template(server_url: str, template_url: str) -> str:
+    """Once per session: 3,000 `items` with random vectors (see helpers.make_items)."""
+    with db.connection(build_template(server_url, ITEMS_TEMPLATE)) as conn:
+        make_items(conn)
+    return ITEMS_TEMPLATE
+
+
+@pytest.fixture
+def items_url(server_url: str, items_template: str) -> Iterator[str]:
+    """A fresh copy of the 3,000 items: big enough for the planner to choose the HNSW index."""
+    with clone(server_url, items_template, "i") as url:
+        yield url

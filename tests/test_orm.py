@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
@@ -18,7 +17,6 @@ from alembic.migration import MigrationContext
 from pgvector.sqlalchemy import Vector
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from helpers import make_items
 from pgembed import Client, db, orm
 from pgembed.errors import NotFoundError, UsageError
 
@@ -76,9 +74,8 @@ def session(shop_url: str) -> Iterator[Session]:
 
 
 @pytest.fixture
-def items_session(conn: psycopg.Connection, db_url: str) -> Iterator[Session]:
-    make_items(conn)
-    engine = engine_for(db_url)
+def items_session(items_url: str) -> Iterator[Session]:
+    engine = engine_for(items_url)
     with Session(engine) as s:
         yield s
     engine.dispose()

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from pgvector import Vector
 
-from helpers import cli, make_items
+from helpers import cli
 from pgembed import catalog, db, search
 
 BATTERY = "the battery dies before lunch"
@@ -27,9 +27,9 @@ def shop(shop_url: str) -> Iterator[psycopg.Connection]:
 
 
 @pytest.fixture
-def items(conn: psycopg.Connection) -> psycopg.Connection:
-    make_items(conn)
-    return conn
+def items(items_url: str) -> Iterator[psycopg.Connection]:
+    with db.connection(items_url) as conn:
+        yield conn
 
 
 def qvec(conn: psycopg.Connection, text: str) -> Vector:
