@@ -27,8 +27,20 @@ def embed_query(spec: ModelSpec, text: str) -> Vectors:
 
 def nearest(conn: psycopg.Connection, spec: ModelSpec, vector: Vectors, k: int) -> list[Hit]:
     """The k rows nearest to `vector` by cosine distance; `ORDER BY col <=> q LIMIT k` uses HNSW."""
+    query = nearest_sql(spec)
+    with conn.transaction():
+        if spec.ef_search:
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(spec.ef_search),))
+        rows = conn.execute(query, {"q": Vector(vector), "k": k}).fetchall()
+    if not rows:
+        _require_vectors(conn, spec)
+    return [Hit(key, float(similarity), text) for key, similarity, text in rows]
+
+
+def nearest_sql(spec: ModelSpec) -> sql.Composed:
+    """Parameters: %(q)b the query vector, %(k)s the number of rows."""
     column = sql.Identifier(spec.embedding_column)
-    query = sql.SQL(
+    return sql.SQL(
         "SELECT t.{key}::text, 1 - (t.{column} <=> %(q)b), t.{text} FROM {table} t "
         "WHERE t.{column} IS NOT NULL ORDER BY t.{column} <=> %(q)b LIMIT %(k)s"
     ).format(
@@ -37,13 +49,6 @@ def nearest(conn: psycopg.Connection, spec: ModelSpec, vector: Vectors, k: int) 
         text=sql.Identifier(spec.text_column),
         table=source.table(spec),
     )
-    with conn.transaction():
-        if spec.ef_search:
-            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(spec.ef_search),))
-        rows = conn.execute(query, {"q": Vector(vector), "k": k}).fetchall()
-    if not rows:
-        _require_vectors(conn, spec)
-    return [Hit(key, float(similarity), text) for key, similarity, text in rows]
 
 
 def query(conn: psycopg.Connection, spec: ModelSpec, text: str, k: int = 10) -> list[Hit]:
