@@ -84,3 +84,8 @@ DELETE FROM pgembed.workers WHERE heartbeat_at < now() - interval '1 day';
 
 -- name: worker_exit
 DELETE FROM pgembed.workers WHERE id = %(worker)s;
+
+-- name: release_worker
+-- After a reconnect: claims this worker held before the fault are handed back at once.
+UPDATE pgembed.queue SET next_attempt_at = now(), claimed_by = NULL
+WHERE claimed_by = %(worker)s;
