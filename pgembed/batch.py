@@ -39,6 +39,10 @@ def run_batch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) ->
     """Process one batch; None when the model's queue has nothing ready."""
     started = time.monotonic()
     claims = queue.claim(conn, spec.name, config.worker_id, config.batch_size, config.lease_seconds)
+    if not claims and queue.transfer(conn, spec.name):
+        claims = queue.claim(
+            conn, spec.name, config.worker_id, config.batch_size, config.lease_seconds
+        )
     if not claims:
         return None
     rows = source.read(conn, spec, [c.key for c in claims])

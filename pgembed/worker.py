@@ -206,7 +206,10 @@ class Worker:
 
 
 def queued_count(conn: psycopg.Connection, model_names: Sequence[str]) -> int:
+    """Keys waiting in the queue or, captured but not yet moved, in the inbox."""
     row = conn.execute(
-        "SELECT count(*) FROM pgembed.queue WHERE model = ANY(%s)", (list(model_names),)
+        "SELECT count(*) FROM (SELECT model, key FROM pgembed.queue WHERE model = ANY(%(m)s) "
+        "UNION SELECT model, key FROM pgembed.inbox WHERE model = ANY(%(m)s)) k",
+        {"m": list(model_names)},
     ).fetchone()
     return int(row[0]) if row else 0

@@ -56,4 +56,5 @@ def assert_every_vector_matches_its_text(conn: psycopg.Connection) -> None:
     cosines = (want * got).sum(axis=1)
     assert cosines.min() > 0.9999, f"stale vector for id {rows[int(cosines.argmin())][0]}"
     assert conn.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM pgembed.inbox").fetchone() == (0,)
     assert conn.execute("SELECT count(*) FROM pgembed.failures").fetchone() == (0,)

@@ -151,12 +151,12 @@ def test_sigterm_mid_batch_finishes_the_batch_and_exits_zero(
     wait_for(
         lambda: (
             watched.execute(
-                "SELECT count(*) FROM pgembed.queue WHERE claimed_by IS NOT NULL"
+                "SELECT count(*) >= 200 FROM pgembed.queue WHERE claimed_by IS NOT NULL"
             ).fetchone()
-            != (0,)
+            == (True,)
         ),
         60,
-        "a batch in flight",
+        "a full batch in flight",
     )
     stopped = time.monotonic()
     proc.send_signal(signal.SIGTERM)
