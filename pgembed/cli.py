@@ -265,6 +265,11 @@ def sync_cmd(
         f"synced: {stats.written} written, {stats.skipped} skipped, {stats.failed} failed",
         err=not once,
     )
+    if once:
+        with app.connect() as conn:
+            waiting = worker.queued_count(conn, names)
+        if waiting:
+            click.echo(f"{waiting} rows wait for a retry after a failure: see `pgembed status`")
 
 
 def _stop_on_signals(stop: Callable[[], None]) -> None:

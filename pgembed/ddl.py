@@ -135,7 +135,7 @@ def drop(conn: psycopg.Connection, spec: ModelSpec) -> None:
             table, sql.Identifier(spec.embedding_column)
         )
     )
-    for bookkeeping in ("queue", "failures", "truncated", "batches"):
+    for bookkeeping in ("queue", "inbox", "failures", "truncated", "batches"):
         conn.execute(
             sql.SQL("DELETE FROM pgembed.{} WHERE model = %s").format(sql.Identifier(bookkeeping)),
             (spec.name,),

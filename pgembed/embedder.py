@@ -41,6 +41,7 @@ class ModelInfo:
     dimensions: int
     pooling: str
     max_seq_length: int
+    position_limit: int | None  # the longest input the checkpoint can read at all
 
 
 def resolve(ref: str) -> str:
@@ -91,6 +92,7 @@ class Embedder:
             dimensions=int(self._model.get_embedding_dimension()),
             pooling=_pooling_of(self._model),
             max_seq_length=int(self._model.max_seq_length),
+            position_limit=_position_limit(self._model),
         )
 
     def encode_documents(self, texts: list[str], batch_size: int = 32) -> Vectors:
@@ -168,6 +170,14 @@ def _load(settings: Settings) -> Any:
         model._modules[key] = module
     model.eval()
     return model
+
+
+def _position_limit(model: Any) -> int | None:
+    """The checkpoint's position-embedding size: texts longer than this cannot be encoded."""
+    first = next(iter(model._modules.values()))
+    config = getattr(getattr(first, "auto_model", None), "config", None)
+    limit = getattr(config, "max_position_embeddings", None)
+    return int(limit) if isinstance(limit, int) else None
 
 
 def _pooling_of(model: Any) -> str:

@@ -53,6 +53,12 @@ def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
         document_prefix=request.document_prefix,
     )
     model_info = embedder.get(settings).info
+    limit = model_info.position_limit
+    if limit is not None and model_info.max_seq_length > limit:
+        raise UsageError(
+            f"max sequence length {model_info.max_seq_length} exceeds what "
+            f"{request.model_ref!r} can read ({limit} word pieces)"
+        )
     spec = ModelSpec(
         name=name,
         table_schema=schema,

@@ -27,6 +27,12 @@ def claim(
     return [Claim(key, seq, attempts) for key, seq, attempts in rows]
 
 
+def transfer(conn: psycopg.Connection, model: str, limit: int = 10_000) -> int:
+    """Move captured inserts from the inbox to the queue; returns how many keys were moved."""
+    cur = conn.execute(queries.get("queue", "transfer"), {"model": model, "limit": limit})
+    return cur.rowcount
+
+
 def _pairs(model: str, claims: Sequence[Claim]) -> dict[str, object]:
     return {"model": model, "keys": [c.key for c in claims], "seqs": [c.seq for c in claims]}
 

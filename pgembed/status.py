@@ -16,9 +16,13 @@ LIVE_WORKER_SECONDS = 60
 
 _QUEUE_STATS = """
 SELECT
-    (SELECT count(*) FROM pgembed.queue WHERE model = %(model)s) AS queued,
-    (SELECT extract(epoch FROM now() - min(enqueued_at))::float
-       FROM pgembed.queue WHERE model = %(model)s) AS oldest_queued_seconds,
+    (SELECT count(*) FROM (SELECT key FROM pgembed.queue WHERE model = %(model)s
+                           UNION SELECT key FROM pgembed.inbox WHERE model = %(model)s) k
+    ) AS queued,
+    (SELECT extract(epoch FROM now() - min(enqueued_at))::float FROM (
+        SELECT enqueued_at FROM pgembed.queue WHERE model = %(model)s
+        UNION ALL SELECT enqueued_at FROM pgembed.inbox WHERE model = %(model)s) e
+    ) AS oldest_queued_seconds,
     (SELECT count(*) FROM pgembed.failures WHERE model = %(model)s) AS failed,
     (SELECT count(*) FROM pgembed.truncated WHERE model = %(model)s) AS truncated,
     (SELECT coalesce(sum(rows), 0)::float / 60 FROM pgembed.batches

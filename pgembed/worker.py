@@ -1,7 +1,8 @@
 """The sync loop: drain the queues, wait for a NOTIFY (or the poll timer, or stop), repeat.
 
 A NOTIFY only wakes the loop; the SKIP LOCKED claim is the source of truth, so a lost
-notification costs latency, never data. Nothing here holds a transaction open across encode.
+notification costs latency, never data. A dropped connection or a restarted server is logged and
+reconnected with backoff; only faults that will not heal (authentication, schema) end the worker.
 """
 
 from __future__ import annotations
@@ -17,13 +18,24 @@ from dataclasses import dataclass
 
 import psycopg
 
-from . import catalog, db, embedder, migrate, models, queries, queue, source, writer
+from . import catalog, db, embedder, migrate, models, queries
+from .batch import BatchConfig, run_batch
 from .catalog import ModelSpec
-from .embedding import embed_rows
+from .errors import DatabaseError, NotFoundError
 
 log = logging.getLogger("pgembed.sync")
 
 ProgressCallback = Callable[[str, int], None]
+
+# Faults that retrying will not fix: refused authentication, a database that does not exist.
+_PERMANENT_SQLSTATES = {"28000", "28P01", "3D000"}
+_PERMANENT_MESSAGES = ("authentication failed", "no pg_hba.conf entry", "does not exist")
+
+
+def _permanent(exc: Exception) -> bool:
+    if getattr(exc, "sqlstate", None) in _PERMANENT_SQLSTATES:
+        return True
+    return any(fragment in str(exc) for fragment in _PERMANENT_MESSAGES)
 
 
 @dataclass(frozen=True)
@@ -35,6 +47,7 @@ class Options:
     max_attempts: int = 5
     once: bool = False
     heartbeat_seconds: float = 10.0
+    max_backoff_seconds: float = 30.0
 
 
 @dataclass
@@ -42,6 +55,7 @@ class Stats:
     written: int = 0
     skipped: int = 0
     failed: int = 0
+    reconnects: int = 0
 
 
 class Worker:
@@ -55,117 +69,112 @@ class Worker:
         self.stats = Stats()
         self._on_progress = on_progress
         self._last_heartbeat = 0.0
+        self._started = False  # set once the first session is up and serving
+        self._config = BatchConfig(
+            self.id, options.batch_size, options.lease_seconds, options.max_attempts
+        )
 
     def stop(self) -> None:
         self.stop_event.set()
 
     def run(self) -> Stats:
+        """Work until stopped (or, with `once`, until the queues are empty).
+
+        A fault before the first successful start is reported at once (a wrong URL should not
+        hang); afterwards the worker rides out restarts and dropped connections with backoff.
+        """
+        delay = 0.0
+        while not self.stop_event.is_set():
+            try:
+                self._session()
+                return self.stats
+            except (psycopg.OperationalError, DatabaseError) as exc:
+                if not self._started or _permanent(exc):
+                    if isinstance(exc, DatabaseError):
+                        raise
+                    raise DatabaseError(f"database error: {db.first_line(exc)}") from None
+                delay = min(self.options.max_backoff_seconds, max(0.5, delay * 2))
+                self.stats.reconnects += 1
+                log.warning("database fault (%s); reconnecting in %.1fs", db.first_line(exc), delay)
+                self.stop_event.wait(delay)
+        return self.stats
+
+    def _session(self) -> None:
+        """One connected stretch of work; returns when done, raises when the connection fails."""
         conn = db.connect(self.url)
         listener = db.connect(self.url, vector=False)
         try:
             migrate.require_current(conn)
-            specs = self.models(conn)
-            for spec in specs:  # load before claiming, so no lease ticks while a model loads
-                embedder.get(models.settings_of(spec))
             listener.execute("LISTEN pgembed")
-            self._heartbeat(conn, specs, force=True)
-            while not self.stop_event.is_set():
-                did_work = self.drain(conn, specs)
-                self._heartbeat(conn, specs)
-                if self.options.once and not did_work:
-                    break
-                if not did_work:
-                    self._wait(listener)
+            if self._started:  # claims held before the fault are dead: hand them back now
+                conn.execute(queries.get("queue", "release_worker"), {"worker": self.id})
+                log.info("reconnected to the database")
+            try:
+                self._loop(conn, listener)
+            except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+                migrate.require_current(conn)  # says "run `pgembed migrate`" if that is the cause
+                raise
             conn.execute(queries.get("queue", "worker_exit"), {"worker": self.id})
         finally:
             conn.close()
             listener.close()
-        return self.stats
 
-    def models(self, conn: psycopg.Connection) -> list[ModelSpec]:
+    def _loop(self, conn: psycopg.Connection, listener: psycopg.Connection) -> None:
+        specs = self.models(conn, strict=not self._started)
+        self._heartbeat(conn, specs, force=True)
+        self._started = True
+        while not self.stop_event.is_set():
+            did_work = self.drain(conn, specs)
+            self._heartbeat(conn, specs)
+            if self.options.once and not did_work:
+                return
+            if not did_work:
+                self._wait(listener)
+                specs = self.models(conn)  # pick up models added or removed meanwhile
+
+    def models(self, conn: psycopg.Connection, strict: bool = False) -> list[ModelSpec]:
+        """The models to serve, loaded before any claim so no lease ticks while a model loads."""
         if not self.options.models:
-            return catalog.all_models(conn)
-        return [catalog.get(conn, name) for name in self.options.models]
+            specs = catalog.all_models(conn)
+        else:
+            specs = []
+            for name in self.options.models:
+                try:
+                    specs.append(catalog.get(conn, name))
+                except NotFoundError:
+                    if strict:
+                        raise
+                    log.warning("model %s no longer exists; skipping it", name)
+        for spec in specs:
+            embedder.get(models.settings_of(spec))
+        return specs
 
     def drain(self, conn: psycopg.Connection, specs: Sequence[ModelSpec]) -> bool:
         """One batch per model in turn, until every queue is empty or stop is asked."""
         did_work = False
         busy = list(specs)
         while busy and not self.stop_event.is_set():
-            busy = [spec for spec in busy if self.batch(conn, spec)]
+            busy = [spec for spec in busy if self._batch(conn, spec)]
             did_work = did_work or bool(busy)
         return did_work
 
-    def batch(self, conn: psycopg.Connection, spec: ModelSpec) -> bool:
-        """Claim, read, embed, write one batch of one model; False when its queue had nothing."""
-        started = time.monotonic()
-        claims = queue.claim(
-            conn, spec.name, self.id, self.options.batch_size, self.options.lease_seconds
-        )
-        if not claims:
+    def _batch(self, conn: psycopg.Connection, spec: ModelSpec) -> bool:
+        try:
+            result = run_batch(conn, spec, self._config)
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            # E.g. the model was removed while we worked: its claims expire; others go on.
+            log.error("model=%s batch failed: %s", spec.name, db.first_line(exc))
             return False
-        rows = source.read(conn, spec, [c.key for c in claims])
-        result = embed_rows(embedder.get(models.settings_of(spec)), rows)
-        by_key = {c.key: c for c in claims}
-        failed_keys = {row.key for row, _ in result.failed}
-        with conn.transaction():
-            written = writer.write(
-                conn,
-                spec,
-                [row.key for row in result.rows],
-                [row.text_md5 for row in result.rows],
-                result.matrix(),
-            )
-            done = [c for c in claims if c.key not in failed_keys]
-            queue.complete(conn, spec.name, done)
-            self._bookkeeping(
-                conn, spec, written, set(result.truncated), time.monotonic() - started
-            )
-        for row, error in result.failed:
-            moved = queue.fail(conn, spec.name, by_key[row.key], error, self.options.max_attempts)
-            log.warning(
-                "model=%s key=%s failed%s: %s",
-                spec.name,
-                row.key,
-                " (moved to failures)" if moved else "",
-                error,
-            )
-        seconds = time.monotonic() - started
-        self.stats.written += len(written)
-        self.stats.skipped += len(claims) - len(written) - len(result.failed)
-        self.stats.failed += len(result.failed)
-        log.info(
-            "model=%s rows=%d written=%d seconds=%.2f rows_per_second=%.1f",
-            spec.name,
-            len(claims),
-            len(written),
-            seconds,
-            len(claims) / max(seconds, 1e-9),
-        )
+        if result is None:
+            return False
+        self.stats.written += result.written
+        self.stats.skipped += result.skipped
+        self.stats.failed += result.failed
         if self._on_progress:
-            self._on_progress(spec.name, len(claims))
+            self._on_progress(spec.name, result.claimed)
         return True
-
-    def _bookkeeping(
-        self,
-        conn: psycopg.Connection,
-        spec: ModelSpec,
-        written: set[str],
-        truncated: set[str],
-        seconds: float,
-    ) -> None:
-        keys = sorted(written)
-        params = {"model": spec.name, "keys": keys}
-        conn.execute(queries.get("queue", "forget_failures"), params)
-        conn.execute(queries.get("queue", "unmark_truncated"), params)
-        conn.execute(
-            queries.get("queue", "mark_truncated"),
-            {"model": spec.name, "keys": sorted(written & truncated)},
-        )
-        conn.execute(
-            queries.get("queue", "log_batch"),
-            {"model": spec.name, "worker": self.id, "rows": len(keys), "seconds": seconds},
-        )
 
     def _heartbeat(
         self, conn: psycopg.Connection, specs: Sequence[ModelSpec], force: bool = False
@@ -197,7 +206,10 @@ class Worker:
 
 
 def queued_count(conn: psycopg.Connection, model_names: Sequence[str]) -> int:
+    """Keys waiting in the queue or, captured but not yet moved, in the inbox."""
     row = conn.execute(
-        "SELECT count(*) FROM pgembed.queue WHERE model = ANY(%s)", (list(model_names),)
+        "SELECT count(*) FROM (SELECT model, key FROM pgembed.queue WHERE model = ANY(%(m)s) "
+        "UNION SELECT model, key FROM pgembed.inbox WHERE model = ANY(%(m)s)) k",
+        {"m": list(model_names)},
     ).fetchone()
     return int(row[0]) if row else 0

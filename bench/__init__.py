@@ -1,0 +1,1 @@
+"""pgembed benchmarks: `make bench` (or `python -m bench --help`). Results go to BENCHMARKS.md."""

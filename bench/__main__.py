@@ -1,0 +1,100 @@
+"""`make bench`: every benchmark in one run, figures as medians and ratios, into BENCHMARKS.md.
+
+python -m bench [--rows 2000] [--repeats 3] [--corpus FILE] [--database-url URL]
+                [--only throughput,capture,latency,search] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from bench import capture, latency, report, search, throughput
+from bench.env import Database, file_corpus, generated_corpus, server
+
+SECTIONS = ("throughput", "capture", "latency", "search")
+
+
+def machine() -> str:
+    try:
+        cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        model = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in cpu.splitlines()
+                if line.startswith("Model name")
+            ),
+            platform.processor(),
+        )
+    except OSError:
+        model = platform.processor()
+    return (
+        f"{model}, {torch.get_num_threads()} torch threads, CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()}, no GPU; Python {platform.python_version()}, "
+        f"torch {torch.__version__}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2000, help="texts to embed (a-d, g, h)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--bulk-rows", type=int, default=100_000, help="rows per bulk load (e)")
+    parser.add_argument("--latency-samples", type=int, default=40)
+    parser.add_argument("--corpus", type=Path, help="CSV with a `text` column (gzip allowed)")
+    parser.add_argument("--database-url", help="default: a temporary embedded server")
+    parser.add_argument("--only", default=",".join(SECTIONS))
+    parser.add_argument("--no-write", action="store_true", help="don't update BENCHMARKS.md")
+    args = parser.parse_args(argv)
+    only = set(args.only.split(","))
+    texts = file_corpus(args.corpus, args.rows) if args.corpus else generated_corpus(args.rows)
+    queries = generated_corpus(100, seed=99)
+    results: dict[str, object] = {}
+    started = time.monotonic()
+    with server(args.database_url) as url:
+        database = Database(url)
+        try:
+            with database.connect() as conn:
+                results["postgres"] = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+            if only & {"throughput", "latency", "search"}:
+                tp = throughput.measure(database, texts, args.repeats)
+                results["throughput"] = tp
+                print(report.throughput(tp), flush=True)
+            if "search" in only:
+                from pgembed import catalog
+
+                with database.connect() as conn:
+                    spec = catalog.get(conn, "minilm")
+                results["search"] = search.measure(database, spec, queries)
+                print(report.search(results["search"]), flush=True)  # type: ignore[arg-type]
+            if "latency" in only:
+                results["latency_insert"] = latency.insert_to_searchable(
+                    database, args.latency_samples
+                )
+                results["latency_update"] = latency.update_while_in_flight(database, 200)
+                print(
+                    report.latency(results["latency_insert"], results["latency_update"]),  # type: ignore[arg-type]
+                    flush=True,
+                )
+            if "capture" in only:
+                results["capture"] = capture.measure(database, args.bulk_rows, args.repeats)
+                print(report.capture(results["capture"]), flush=True)  # type: ignore[arg-type]
+        finally:
+            database.drop()
+    command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    text = report.document(results, machine(), command.strip(), args, time.monotonic() - started)
+    print(text)
+    if not args.no_write:
+        report.write(Path("BENCHMARKS.md"), text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

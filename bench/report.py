@@ -1,0 +1,130 @@
+"""Markdown for BENCHMARKS.md: every figure next to its target, measured in the same run."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+from pathlib import Path
+
+from bench.capture import Capture
+from bench.latency import Latency
+from bench.search import Search
+from bench.throughput import Throughput
+
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def throughput(t: Throughput) -> str:
+    ba, bc = t.sync_rows_per_s / t.naive_rows_per_s, t.sync_rows_per_s / t.encode_rows_per_s
+    d = t.sync_rows_per_s / t.ceiling_rows_per_s
+    return "\n".join(
+        [
+            "| | rows/s (median) | ratio | target |",
+            "| --- | ---: | ---: | --- |",
+            f"| a. hand-written: SentenceTransformer fp32 encode + executemany UPDATE | "
+            f"{t.naive_rows_per_s:.1f} | | |",
+            f"| b. `pgembed sync --once` end to end ({t.precision}) | {t.sync_rows_per_s:.1f} | "
+            f"b/a = {ba:.2f} | >= 1.7: {_verdict(ba >= 1.7)} |",
+            f"| c. pgembed's bare encode, same settings | {t.encode_rows_per_s:.1f} | "
+            f"b/c = {bc:.2f} | >= 0.9: {_verdict(bc >= 0.9)} |",
+            f"| d. FLOP ceiling: {t.peak_gflops:.0f} GFLOP/s measured ({t.precision} matmul) / "
+            f"(21.2 MFLOP x {t.mean_tokens:.1f} real tokens) | {t.ceiling_rows_per_s:.1f} | "
+            f"d = b/ceiling = {d:.2f} | >= 0.5: {_verdict(d >= 0.5)} |",
+        ]
+    )
+
+
+def capture(results: list[Capture]) -> str:
+    lines = [
+        "| e. bulk load of rows | without triggers (s) | with triggers (s) | ratio | "
+        "target <= 1.5 |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+    for c in results:
+        lines.append(
+            f"| {c.method}, {c.rows:,} rows | {c.without_s:.2f} | {c.with_s:.2f} | "
+            f"{c.ratio:.2f} | {_verdict(c.ratio <= 1.5)} |"
+        )
+    return "\n".join(lines)
+
+
+def latency(insert: Latency, update: Latency) -> str:
+    return "\n".join(
+        [
+            "| | samples | p50 ms | p95 ms | p99 ms | target |",
+            "| --- | ---: | ---: | ---: | ---: | --- |",
+            f"| f. INSERT committed -> vector written (idle daemon) | {insert.samples} | "
+            f"{insert.p50_ms:.0f} | {insert.p95_ms:.0f} | {insert.p99_ms:.0f} | p95 <= 1000: "
+            f"{_verdict(insert.p95_ms <= 1000)} |",
+            f"| h. application UPDATE of a row whose batch is in flight | {update.samples} | "
+            f"{update.p50_ms:.1f} | {update.p95_ms:.1f} | {update.p99_ms:.1f} | p99 <= 50: "
+            f"{_verdict(update.p99_ms <= 50)} |",
+        ]
+    )
+
+
+def search(s: Search) -> str:
+    helper = (
+        f"{s.helper_p50_ms:.2f} | {s.helper_p95_ms:.2f} | "
+        f"p50 ratio {s.helper_p50_ms / s.raw_p50_ms:.2f} (<= 1.2: "
+        f"{_verdict(s.helper_p50_ms / s.raw_p50_ms <= 1.2)})"
+        if s.helper_p50_ms is not None and s.helper_p95_ms is not None
+        else "n/a | n/a | the SQL helpers are not installed"
+    )
+    return "\n".join(
+        [
+            f"| g. search, {s.rows:,} rows, {s.queries} queries, k=10 | p50 ms | p95 ms | note |",
+            "| --- | ---: | ---: | --- |",
+            f"| raw `ORDER BY embedding <=> q LIMIT 10` | {s.raw_p50_ms:.2f} | "
+            f"{s.raw_p95_ms:.2f} | |",
+            f"| `pgembed.search(...)` | {helper} |",
+            f"| recall@10 of the HNSW index vs exact search | {s.recall_at_10:.3f} | | "
+            "default ef_search 40 |",
+        ]
+    )
+
+
+def document(
+    results: dict[str, object],
+    machine: str,
+    command: str,
+    args: argparse.Namespace,
+    seconds: float,
+) -> str:
+    corpus = str(args.corpus) if args.corpus else "generated review-like texts (~48 tokens)"
+    parts = [
+        START,
+        "## Throughput, capture, latency and search (`make bench`)",
+        "",
+        f"Run {datetime.date.today().isoformat()} in {seconds / 60:.1f} min: `{command}`. "
+        f"Machine: {machine}. PostgreSQL {results.get('postgres')}. Corpus: {corpus}, "
+        f"{args.rows:,} texts; medians of {args.repeats} repeats; ratios from this same run.",
+        "",
+    ]
+    if isinstance(results.get("throughput"), Throughput):
+        parts += [throughput(results["throughput"]), ""]  # type: ignore[arg-type]
+    if isinstance(results.get("capture"), list):
+        parts += [capture(results["capture"]), ""]  # type: ignore[arg-type]
+    if isinstance(results.get("latency_insert"), Latency):
+        parts += [latency(results["latency_insert"], results["latency_update"]), ""]  # type: ignore[arg-type]
+    if isinstance(results.get("search"), Search):
+        parts += [search(results["search"]), ""]  # type: ignore[arg-type]
+    parts.append(END)
+    return "\n".join(parts)
+
+
+def write(path: Path, section: str) -> None:
+    """Replace the generated section of BENCHMARKS.md, keeping everything written by hand."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.DOTALL)
+    text = (
+        pattern.sub(lambda _: section, text)
+        if pattern.search(text)
+        else (text.rstrip() + "\n\n" + section + "\n")
+    )
+    path.write_text(text)

@@ -1,0 +1,71 @@
+"""g: search latency through pgembed's helper vs the raw statement; index recall vs exact."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+from pgvector import Vector
+
+from bench.env import Database, median, percentile
+from pgembed import embedder, models
+from pgembed.catalog import ModelSpec
+
+RAW = "SELECT id FROM reviews ORDER BY embedding_minilm <=> %s LIMIT 10"
+HELPER = "SELECT key FROM pgembed.search('minilm', %s, 10)"
+
+
+@dataclass(frozen=True)
+class Search:
+    rows: int
+    queries: int
+    raw_p50_ms: float
+    raw_p95_ms: float
+    helper_p50_ms: float | None
+    helper_p95_ms: float | None
+    recall_at_10: float
+
+
+def _latencies(conn: psycopg.Connection, sql: str, vectors: np.ndarray) -> list[float]:
+    out = []
+    for vec in vectors:
+        started = time.perf_counter()
+        conn.execute(sql, (Vector(vec),), prepare=True).fetchall()  # type: ignore[arg-type]
+        out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
+def _has_helper(conn: psycopg.Connection) -> bool:
+    row = conn.execute("SELECT to_regprocedure('pgembed.search(text, vector, integer, jsonb)')")
+    found = row.fetchone()
+    return bool(found and found[0])
+
+
+def measure(database: Database, spec: ModelSpec, queries: list[str]) -> Search:
+    vectors = embedder.get(models.settings_of(spec)).encode_queries(queries)
+    conn = database.connect()
+    rows_row = conn.execute("SELECT count(embedding_minilm) FROM reviews").fetchone()
+    rows = int(rows_row[0]) if rows_row else 0
+    for sql in (RAW, HELPER) if _has_helper(conn) else (RAW,):
+        _latencies(conn, sql, vectors[:10])  # warm-up: prepare, cache the index pages
+    raw = _latencies(conn, RAW, vectors)
+    helper = _latencies(conn, HELPER, vectors) if _has_helper(conn) else None
+    hits = 0
+    for vec in vectors:
+        indexed = {r[0] for r in conn.execute(RAW, (Vector(vec),))}
+        with conn.transaction():
+            conn.execute("SET LOCAL enable_indexscan = off")
+            exact = {r[0] for r in conn.execute(RAW, (Vector(vec),))}
+        hits += len(indexed & exact)
+    conn.close()
+    return Search(
+        rows=rows,
+        queries=len(queries),
+        raw_p50_ms=median(raw),
+        raw_p95_ms=percentile(raw, 95),
+        helper_p50_ms=median(helper) if helper else None,
+        helper_p95_ms=percentile(helper, 95) if helper else None,
+        recall_at_10=hits / (10 * len(queries)),
+    )

@@ -1,0 +1,106 @@
+"""a-d: the hand-written pipeline, `pgembed sync --once`, bare encode, and the FLOP ceiling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from pgvector.psycopg import register_vector
+
+from bench.env import Database, create_reviews, median, timed
+from pgembed import embedder, models, worker
+from pgembed.catalog import ModelSpec
+from pgembed.ddl import enqueue_existing
+
+# all-MiniLM-L6-v2: 6 layers x (4*384*384 + 2*384*1536) multiply-adds = 21.2 MFLOP per token.
+FLOP_PER_TOKEN = 21.2e6
+
+
+@dataclass(frozen=True)
+class Throughput:
+    naive_rows_per_s: float
+    sync_rows_per_s: float
+    encode_rows_per_s: float
+    mean_tokens: float
+    precision: str
+    peak_gflops: float
+    ceiling_rows_per_s: float
+
+
+def naive_pipeline(database: Database, texts: list[str], repeats: int) -> float:
+    """What a user writes by hand: SentenceTransformer fp32 encode + executemany UPDATE."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(embedder.resolve("all-MiniLM-L6-v2"), device="cpu")
+    conn = database.connect()
+    create_reviews(conn, texts, "naive")
+    conn.execute("ALTER TABLE naive ADD COLUMN embedding vector(384)")
+    register_vector(conn)
+
+    def run() -> None:
+        rows = conn.execute("SELECT id, body FROM naive").fetchall()
+        vectors = model.encode([body for _, body in rows], batch_size=32)
+        with conn.cursor() as cur:
+            cur.executemany(
+                "UPDATE naive SET embedding = %s WHERE id = %s",
+                [(vec, key) for (key, _), vec in zip(rows, vectors, strict=True)],
+            )
+
+    model.encode(texts[:64])  # warm-up, as for the others
+    seconds = [timed(run) for _ in range(repeats)]
+    conn.close()
+    return len(texts) / median(seconds)
+
+
+def pgembed_sync(database: Database, texts: list[str], repeats: int) -> tuple[float, ModelSpec]:
+    """`pgembed sync --once` end to end (claim, read, embed, write), model already loaded."""
+    conn = database.connect()
+    create_reviews(conn, texts)
+    spec, _ = models.add(conn, models.AddRequest("minilm", "reviews", "body"))
+    embedder.get(models.settings_of(spec)).encode_documents(texts[:64])  # load + warm-up
+
+    def run() -> None:
+        worker.Worker(database.url, worker.Options(once=True)).run()
+
+    seconds = []
+    for i in range(repeats):
+        if i:
+            conn.execute("UPDATE reviews SET embedding_minilm = NULL")
+            enqueue_existing(conn, spec)
+        seconds.append(timed(run))
+    written = conn.execute("SELECT count(embedding_minilm) FROM reviews").fetchone()
+    assert written == (len(texts),), f"sync wrote {written} of {len(texts)} rows"
+    conn.close()
+    return len(texts) / median(seconds), spec
+
+
+def bare_encode(spec: ModelSpec, texts: list[str], repeats: int) -> float:
+    model = embedder.get(models.settings_of(spec))
+    seconds = [timed(lambda: model.encode_documents(texts)) for _ in range(repeats)]
+    return len(texts) / median(seconds)
+
+
+def mean_tokens(spec: ModelSpec, texts: list[str]) -> float:
+    counts = embedder.get(models.settings_of(spec)).token_counts(texts)
+    return float(np.mean([min(c, spec.max_seq_length) for c in counts]))
+
+
+def matmul_gflops(dtype: torch.dtype, size: int = 1536, repeats: int = 20) -> float:
+    """This CPU's dense matrix-multiply speed, measured now (the ceiling's denominator)."""
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    torch.matmul(a, b)
+    seconds = median([timed(lambda: torch.matmul(a, b)) for _ in range(repeats)])
+    return 2 * size**3 / seconds / 1e9
+
+
+def measure(database: Database, texts: list[str], repeats: int) -> Throughput:
+    naive = naive_pipeline(database, texts, repeats)
+    sync, spec = pgembed_sync(database, texts, repeats)
+    encode = bare_encode(spec, texts, repeats)
+    tokens = mean_tokens(spec, texts)
+    precision = str(getattr(spec, "precision", "fp32"))
+    peak = matmul_gflops(torch.bfloat16 if precision == "bf16" else torch.float32)
+    ceiling = peak * 1e9 / (FLOP_PER_TOKEN * tokens)
+    return Throughput(naive, sync, encode, tokens, precision, peak, ceiling)

@@ -1,0 +1,110 @@
+"""One batch of one model: claim, read, embed outside any transaction, write back, account."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import psycopg
+
+from . import embedder, models, queries, queue, source, writer
+from .catalog import ModelSpec
+from .embedding import Embedded, embed_rows
+
+log = logging.getLogger("pgembed.sync")
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    claimed: int
+    written: int
+    failed: int
+
+    @property
+    def skipped(self) -> int:
+        """Keys whose row was gone, blank, or changed while it was being embedded."""
+        return self.claimed - self.written - self.failed
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    worker_id: str
+    batch_size: int
+    lease_seconds: float
+    max_attempts: int
+
+
+def run_batch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) -> BatchResult | None:
+    """Process one batch; None when the model's queue has nothing ready."""
+    started = time.monotonic()
+    claims = queue.claim(conn, spec.name, config.worker_id, config.batch_size, config.lease_seconds)
+    if not claims and queue.transfer(conn, spec.name):
+        claims = queue.claim(
+            conn, spec.name, config.worker_id, config.batch_size, config.lease_seconds
+        )
+    if not claims:
+        return None
+    rows = source.read(conn, spec, [c.key for c in claims])
+    result = embed_rows(embedder.get(models.settings_of(spec)), rows)
+    failed_keys = {row.key for row, _ in result.failed}
+    with conn.transaction():
+        written = writer.write(
+            conn,
+            spec,
+            [row.key for row in result.rows],
+            [row.text_md5 for row in result.rows],
+            result.matrix(),
+        )
+        queue.complete(conn, spec.name, [c for c in claims if c.key not in failed_keys])
+        seconds = time.monotonic() - started
+        _account(conn, spec, config.worker_id, written, result, seconds)
+    _record_failures(conn, spec, config, {c.key: c for c in claims}, result)
+    log.info(
+        "model=%s rows=%d written=%d failed=%d seconds=%.2f rows_per_second=%.1f",
+        spec.name,
+        len(claims),
+        len(written),
+        len(result.failed),
+        seconds,
+        len(claims) / max(seconds, 1e-9),
+    )
+    return BatchResult(len(claims), len(written), len(result.failed))
+
+
+def _account(
+    conn: psycopg.Connection,
+    spec: ModelSpec,
+    worker_id: str,
+    written: set[str],
+    result: Embedded,
+    seconds: float,
+) -> None:
+    keys = sorted(written)
+    params = {"model": spec.name, "keys": keys}
+    conn.execute(queries.get("queue", "forget_failures"), params)
+    conn.execute(queries.get("queue", "unmark_truncated"), params)
+    truncated = sorted(written & set(result.truncated))
+    conn.execute(queries.get("queue", "mark_truncated"), {"model": spec.name, "keys": truncated})
+    conn.execute(
+        queries.get("queue", "log_batch"),
+        {"model": spec.name, "worker": worker_id, "rows": len(keys), "seconds": seconds},
+    )
+
+
+def _record_failures(
+    conn: psycopg.Connection,
+    spec: ModelSpec,
+    config: BatchConfig,
+    claims: dict[str, queue.Claim],
+    result: Embedded,
+) -> None:
+    for row, error in result.failed:
+        moved = queue.fail(conn, spec.name, claims[row.key], error, config.max_attempts)
+        log.warning(
+            "model=%s key=%s failed%s: %s",
+            spec.name,
+            row.key,
+            " (moved to failures)" if moved else ", will retry",
+            error,
+        )

@@ -1,0 +1,60 @@
+"""Running `pgembed sync` as a real process, and checking the table it maintains."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+import psycopg
+
+from pgembed import embedder
+
+
+def start_sync(db_url: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pgembed", "--database-url", db_url, "sync", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def embedded_count(conn: psycopg.Connection, table: str = "reviews") -> int:
+    row = conn.execute(f"SELECT count(embedding_minilm) FROM {table}").fetchone()  # type: ignore[arg-type]
+    return int(row[0]) if row else 0
+
+
+def fill(conn: psycopg.Connection, n: int, start: int = 100) -> None:
+    conn.execute(
+        "INSERT INTO reviews (id, body, stars) "
+        "SELECT g, 'review number ' || g || ': ' || "
+        "(ARRAY['battery is weak', 'screen is bright', 'fast delivery', 'apples were fresh'])"
+        "[1 + g %% 4], 3 FROM generate_series(%s::int, %s::int) g",
+        (start, start + n - 1),
+    )
+
+
+def assert_every_vector_matches_its_text(conn: psycopg.Connection) -> None:
+    """The end state pgembed promises: each row carries the vector of the text it has now."""
+    rows = conn.execute("SELECT id, body, embedding_minilm FROM reviews ORDER BY id").fetchall()
+    assert all(vec is not None for _, _, vec in rows), "a row has no vector"
+    model = embedder.get(embedder.Settings("all-MiniLM-L6-v2"))
+    want = model.encode_documents([body for _, body, _ in rows])
+    got = np.stack([vec.to_numpy() for _, _, vec in rows])
+    cosines = (want * got).sum(axis=1)
+    assert cosines.min() > 0.9999, f"stale vector for id {rows[int(cosines.argmin())][0]}"
+    assert conn.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM pgembed.inbox").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM pgembed.failures").fetchone() == (0,)

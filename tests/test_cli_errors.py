@@ -1,0 +1,79 @@
+"""Bad input through the real executable: one line on stderr, exit 1 (2 for usage), no traceback."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from helpers import run_cli
+
+
+def assert_one_line_error(result: object, code: int, fragment: str) -> None:
+    assert result.returncode == code, result.stderr  # type: ignore[attr-defined]
+    lines = result.stderr.strip().splitlines()  # type: ignore[attr-defined]
+    assert "Traceback" not in result.stderr  # type: ignore[attr-defined]
+    assert len(lines) == 1 and lines[0].startswith("pgembed: error: "), lines
+    assert fragment in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("mysql://bob:hunter2@db/app", "malformed database URL"),
+        ("postgresql://bob:hunter2@127.0.0.1:99999/app", "malformed database URL"),
+        ("postgresql://bob:hunter2@127.0.0.1:1/app", "cannot connect"),
+    ],
+)
+def test_bad_urls_are_one_line_and_never_show_the_password(url: str, fragment: str) -> None:
+    result = run_cli("--database-url", url, "status")
+    assert_one_line_error(result, 1, fragment)
+    assert "hunter2" not in result.stderr + result.stdout
+    assert "bob:***@" in result.stderr
+
+
+def test_url_from_environment_is_used_and_redacted() -> None:
+    result = run_cli(
+        "status", env={"PGEMBED_DATABASE_URL": "postgresql://bob:hunter2@127.0.0.1:1/x"}
+    )
+    assert_one_line_error(result, 1, "cannot connect to postgresql://bob:***@127.0.0.1:1/x")
+
+
+def test_errors_against_a_real_database(reviews: psycopg.Connection, db_url: str) -> None:
+    add = ["--database-url", db_url, "model", "add"]
+    assert_one_line_error(
+        run_cli(*add, "m", "--table", "nope", "--column", "body"), 1, "does not exist"
+    )
+    assert_one_line_error(
+        run_cli(*add, "m", "--table", "reviews", "--column", "nope"), 1, "does not exist"
+    )
+    assert_one_line_error(
+        run_cli(*add, "m", "--table", "reviews; drop table x", "--column", "body"),
+        2,
+        "invalid table name",
+    )
+    assert_one_line_error(
+        run_cli(*add, "m", "--table", "reviews", "--column", "body", "--model", "/no/such/dir"),
+        1,
+        "does not exist",
+    )
+    assert_one_line_error(
+        run_cli(*add, "m", "--table", "reviews", "--column", "body", "--model", "org/not-cached"),
+        1,
+        "offline",
+    )
+    assert_one_line_error(
+        run_cli("--database-url", db_url, "query", "x", "--model", "ghost"), 1, "unknown model"
+    )
+    assert_one_line_error(
+        run_cli("--database-url", db_url, "sync", "--once", "--model", "ghost"), 1, "unknown model"
+    )
+    # Nothing was changed by any of them.
+    assert reviews.execute("SELECT count(*) FROM pgembed.models").fetchone() == (0,)
+    assert reviews.execute("SELECT count(*) FROM reviews").fetchone() == (8,)
+
+
+def test_usage_errors_exit_2() -> None:
+    result = run_cli("query", "--model", "m", "-k", "0", "text")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert run_cli("model", "add", "x").returncode == 2

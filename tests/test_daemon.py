@@ -1,0 +1,171 @@
+"""The sync daemon as real processes: kills, restarts, many workers, in-flight updates, shutdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+
+import psycopg
+import pytest
+from conftest import restart_server, with_database
+from daemon_helpers import (
+    assert_every_vector_matches_its_text,
+    embedded_count,
+    fill,
+    start_sync,
+    wait_for,
+)
+
+from helpers import cli
+from pgembed import models
+
+
+@pytest.fixture
+def watched(reviews: psycopg.Connection) -> psycopg.Connection:
+    models.add(reviews, models.AddRequest("minilm", "reviews", "body"))
+    return reviews
+
+
+def test_updates_never_wait_for_a_batch_in_flight(watched: psycopg.Connection, db_url: str) -> None:
+    fill(watched, 400)
+    proc = start_sync(db_url, "--batch-size", "32", "--poll-seconds", "0.5")
+    try:
+        wait_for(lambda: embedded_count(watched) > 0, 60, "the first batch")
+        # Any wait longer than a write-back transaction (milliseconds) fails the UPDATE.
+        watched.execute("SET lock_timeout = '2s'")
+        rng = random.Random(7)
+        for i in rng.sample(range(100, 500), 60):
+            watched.execute("UPDATE reviews SET body = %s WHERE id = %s", (f"edited {i}", i))
+        wait_for(
+            lambda: (
+                watched.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+                and embedded_count(watched) == 408
+            ),
+            120,
+            "the queue to drain",
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert_every_vector_matches_its_text(watched)
+
+
+def test_sigkill_at_any_point_loses_nothing(watched: psycopg.Connection, db_url: str) -> None:
+    fill(watched, 300)
+    rng = random.Random(11)
+    for round_ in range(3):
+        proc = start_sync(db_url, "--batch-size", "16", "--lease-seconds", "2")
+        before = embedded_count(watched)
+        wait_for(lambda b=before: embedded_count(watched) > b, 60, "progress")  # type: ignore[misc]
+        time.sleep(rng.uniform(0.0, 0.6))  # somewhere in claim / embed / write
+        proc.kill()
+        proc.communicate(timeout=10)
+        # The application keeps writing between crashes.
+        for i in rng.sample(range(100, 400), 10):
+            watched.execute(
+                "UPDATE reviews SET body = %s WHERE id = %s", (f"round {round_} {i}", i)
+            )
+    time.sleep(2.5)  # the dead workers' leases expire
+    result = cli("--database-url", db_url, "sync", "--once")
+    assert result.exit_code == 0, result.output
+    assert_every_vector_matches_its_text(watched)
+
+
+def test_three_workers_split_the_work_without_embedding_a_row_twice(
+    watched: psycopg.Connection, db_url: str
+) -> None:
+    fill(watched, 592)  # 600 rows with the 8 of the fixture
+    workers = [start_sync(db_url, "--batch-size", "16", "--poll-seconds", "0.5") for _ in range(3)]
+    try:
+        wait_for(lambda: embedded_count(watched) == 600, 180, "all rows embedded")
+        status = json.loads(cli("--database-url", db_url, "status", "--json").output)[0]
+        assert len(status["workers"]) == 3
+        assert {w["pid"] for w in status["workers"]} == {p.pid for p in workers}
+        assert status["rows_per_second"] > 0
+    finally:
+        for p in workers:
+            p.send_signal(signal.SIGTERM)
+        for p in workers:
+            p.communicate(timeout=30)
+    assert [p.returncode for p in workers] == [0, 0, 0]
+    written, batches_by = watched.execute(
+        "SELECT sum(rows), count(DISTINCT worker_id) FROM pgembed.batches"
+    ).fetchone()
+    assert written == 600  # every row written exactly once
+    assert batches_by >= 2
+    assert_every_vector_matches_its_text(watched)
+
+
+def test_worker_survives_dropped_connections_and_a_server_restart(
+    watched: psycopg.Connection, db_url: str
+) -> None:
+    proc = start_sync(db_url, "--poll-seconds", "0.5")
+    try:
+        wait_for(lambda: embedded_count(watched) == 8, 60, "the initial rows")
+        watched.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'pgembed' AND pid <> pg_backend_pid()"
+        )
+        fill(watched, 20)
+        wait_for(lambda: embedded_count(watched) == 28, 60, "rows after the dropped connection")
+        restarted = restart_server()
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            fill(conn, 20, start=200)
+            wait_for(lambda: embedded_count(conn) == 48, 90, "rows after the restart")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, stderr
+    assert "database fault" in stderr and "reconnected to the database" in stderr
+    # Against an external server ($PGEMBED_TEST_DATABASE_URL) only the dropped connections apply.
+    assert restarted == ("PGEMBED_TEST_DATABASE_URL" not in os.environ)
+
+
+def test_worker_exits_on_faults_that_will_not_heal(
+    watched: psycopg.Connection, db_url: str, empty_db_url: str
+) -> None:
+    no_schema = cli("--database-url", empty_db_url, "sync", "--once")
+    assert no_schema.exit_code == 1 and "run `pgembed migrate`" in no_schema.output
+    missing = cli("--database-url", with_database(db_url, "no_such_database"), "sync")
+    assert missing.exit_code == 1 and "does not exist" in missing.output
+    # The schema disappears under a running daemon: it says so and exits 1.
+    proc = start_sync(db_url, "--poll-seconds", "0.3")
+    wait_for(lambda: embedded_count(watched) == 8, 60, "the initial rows")
+    watched.execute("DROP SCHEMA pgembed CASCADE")
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert stderr.strip().splitlines()[-1] == (
+        "pgembed: error: the pgembed schema is not installed: run `pgembed migrate`"
+    )
+
+
+def test_sigterm_mid_batch_finishes_the_batch_and_exits_zero(
+    watched: psycopg.Connection, db_url: str
+) -> None:
+    fill(watched, 600)
+    proc = start_sync(db_url, "--batch-size", "200")
+    wait_for(
+        lambda: (
+            watched.execute(
+                "SELECT count(*) >= 200 FROM pgembed.queue WHERE claimed_by IS NOT NULL"
+            ).fetchone()
+            == (True,)
+        ),
+        60,
+        "a full batch in flight",
+    )
+    stopped = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert time.monotonic() - stopped < 30
+    # Nothing is left leased to the dead worker: its batch was written (or handed back).
+    assert watched.execute(
+        "SELECT count(*) FROM pgembed.queue WHERE next_attempt_at > now()"
+    ).fetchone() == (0,)
+    assert embedded_count(watched) >= 200
+    assert watched.execute("SELECT count(*) FROM pgembed.workers").fetchone() == (0,)

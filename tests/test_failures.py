@@ -1,0 +1,121 @@
+"""Failures are data: bisected out of their batch, retried with backoff, then kept for `retry`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+
+from helpers import cli
+from pgembed import models
+
+
+@pytest.fixture
+def poisoned(reviews: psycopg.Connection) -> psycopg.Connection:
+    """Two rows the real model cannot encode.
+
+    The catalog claims a max sequence length beyond the checkpoint's 512 positions (`model add`
+    refuses that; an edited catalog is how it happens), so texts longer than 512 word pieces make
+    the model itself raise, while every shorter text embeds normally.
+    """
+    models.add(reviews, models.AddRequest("minilm", "reviews", "body"))
+    reviews.execute("UPDATE pgembed.models SET max_seq_length = 1024")
+    long_text = "The battery gave up after a single afternoon of light use. " * 60
+    reviews.execute("INSERT INTO reviews VALUES (90, %s, 1), (91, %s, 1)", (long_text, long_text))
+    return reviews
+
+
+def test_model_add_refuses_a_length_the_checkpoint_cannot_read(reviews: psycopg.Connection) -> None:
+    with pytest.raises(Exception, match="exceeds what 'all-MiniLM-L6-v2' can read"):
+        models.add(reviews, models.AddRequest("m", "reviews", "body", max_seq_length=1024))
+
+
+def test_poison_rows_fail_alone_retry_then_move_to_failures(
+    poisoned: psycopg.Connection, db_url: str
+) -> None:
+    first = cli("--database-url", db_url, "sync", "--once", "--max-attempts", "2")
+    assert first.exit_code == 0, first.output
+    assert "8 written" in first.output and "2 failed" in first.output
+    assert "2 rows wait for a retry" in first.output
+    queued = poisoned.execute(
+        "SELECT key, attempts, last_error, next_attempt_at > now() FROM pgembed.queue ORDER BY key"
+    ).fetchall()
+    assert [(k, a, later) for k, a, _, later in queued] == [("90", 1, True), ("91", 1, True)]
+    assert all("size of tensor" in err or "index" in err.lower() for _, _, err, _ in queued)
+
+    time.sleep(2.2)  # the first backoff is 2 s
+    second = cli("--database-url", db_url, "sync", "--once", "--max-attempts", "2")
+    assert "2 failed" in second.output
+    assert poisoned.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+    failures = poisoned.execute(
+        "SELECT key, attempts FROM pgembed.failures ORDER BY key"
+    ).fetchall()
+    assert failures == [("90", 2), ("91", 2)]
+
+    status = json.loads(cli("--database-url", db_url, "status", "--json").output)[0]
+    assert status["failed"] == 2 and status["rows_embedded"] == 8
+    text = cli("--database-url", db_url, "status").output
+    assert "recent failures" in text and "key=90" in text
+
+    # Fix the cause, requeue, and the rows go through.
+    poisoned.execute("UPDATE pgembed.models SET max_seq_length = 256")
+    retried = cli("--database-url", db_url, "retry", "--model", "minilm")
+    assert retried.exit_code == 0 and "requeued 2" in retried.output
+    assert poisoned.execute("SELECT count(*) FROM pgembed.failures").fetchone() == (0,)
+    cli("--database-url", db_url, "sync", "--once")
+    assert poisoned.execute("SELECT count(embedding_minilm) FROM reviews").fetchone() == (10,)
+
+
+def test_json_logs_one_line_per_batch(reviews: psycopg.Connection, db_url: str) -> None:
+    models.add(reviews, models.AddRequest("minilm", "reviews", "body"))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pgembed",
+            "--database-url",
+            db_url,
+            "sync",
+            "--once",
+            "--batch-size",
+            "3",
+            "--log-format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    batches = [r for r in records if "rows_per_second=" in r["message"]]
+    assert len(batches) == 3  # 8 rows in batches of 3
+    assert all(r["level"] == "info" and r["logger"] == "pgembed.sync" for r in batches)
+
+
+def test_status_watch_refreshes(reviews: psycopg.Connection, db_url: str) -> None:
+    models.add(reviews, models.AddRequest("minilm", "reviews", "body"))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pgembed",
+            "--database-url",
+            db_url,
+            "status",
+            "--watch",
+            "--interval",
+            "0.3",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(3)
+    proc.terminate()
+    out, _ = proc.communicate(timeout=10)
+    assert out.count("minilm: all-MiniLM-L6-v2") >= 2
