@@ -17,7 +17,7 @@ from alembic.migration import MigrationContext
 from pgvector.sqlalchemy import Vector
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from pgembed import Client, db, orm
+from pgembed import db, orm, search
 from pgembed.errors import NotFoundError, UsageError
 
 ROOT = Path(__file__).parent.parent
@@ -81,25 +81,43 @@ def items_session(items_url: str) -> Iterator[Session]:
     engine.dispose()
 
 
-def test_nearest_with_where(session: Session, shop_url: str) -> None:
+def exact(session: Session, statement: str, **params: Any) -> list[tuple[int, float]]:
+    """Rows of a hand-written exact search (vector parameter :q)."""
+    query = sa.text(statement)
+    if "q" in params:
+        query = query.bindparams(sa.bindparam("q", type_=Vector(384)))
+    return [(int(k), float(s)) for k, s in session.execute(query, params)]
+
+
+def test_nearest_with_where(session: Session) -> None:
+    session.execute(sa.text("SET enable_indexscan = off"))  # exact, to compare row for row
     hits = orm.nearest(
         session, Review, "minilm", "battery dies fast", k=5, where=Review.rating >= 4
     )
     assert len(hits) == 5
     assert all(isinstance(r, Review) and r.rating >= 4 for r, _ in hits)
-    assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
-    with Client(shop_url) as client:
-        same = client.search("minilm", "battery dies fast", k=5, filter={"rating": {"$gte": 4}})
-    assert [str(r.id) for r, _ in hits] == [h.key for h in same]
-    assert [s for _, s in hits] == pytest.approx([h.similarity for h in same], abs=1e-6)
+    q = search.embed_query(orm.model_spec(session, "minilm"), "battery dies fast")
+    same = exact(
+        session,
+        "SELECT id, 1 - (embedding_minilm <=> :q) FROM reviews WHERE rating >= 4 "
+        "ORDER BY embedding_minilm <=> :q LIMIT 5",
+        q=q,
+    )
+    assert [r.id for r, _ in hits] == [key for key, _ in same]
+    assert [s for _, s in hits] == pytest.approx([s for _, s in same], abs=1e-6)
     assert "embedding_minilm" not in hits[0][0].__dict__  # deferred: the vector stays in the db
 
 
-def test_similar_to_and_neighbours(session: Session, shop_url: str) -> None:
+def test_similar_to_and_neighbours(session: Session) -> None:
+    session.execute(sa.text("SET enable_indexscan = off"))  # exact, to compare row for row
     hits = orm.similar_to(session, Review, "minilm", 1, k=4)
-    with Client(shop_url) as client:
-        same = client.similar("minilm", 1, k=4)
-    assert [str(r.id) for r, _ in hits] == [h.key for h in same]
+    same = exact(
+        session,
+        "SELECT r.id, 1 - (r.embedding_minilm <=> o.embedding_minilm) FROM reviews r, reviews o "
+        "WHERE o.id = 1 AND r.id <> 1 ORDER BY r.embedding_minilm <=> o.embedding_minilm LIMIT 4",
+    )
+    assert [r.id for r, _ in hits] == [key for key, _ in same]
+    assert [s for _, s in hits] == pytest.approx([s for _, s in same], abs=1e-6)
     laptops = orm.neighbours(session, Review, "minilm", 1, k=3, where=Review.category == "laptops")
     assert len(laptops) == 3 and {r.category for r, _ in laptops} == {"laptops"}
 

@@ -123,27 +123,32 @@ $fn$;
 
 -- The value a search runs with for one setting: the caller's own (SET, SET LOCAL, ALTER ROLE or
 -- DATABASE ... SET, postgresql.conf) wins; else `fallback` (pgembed's default), else what is in force.
--- A value pgembed itself SET LOCAL for the ORM (remembered in pgembed.applied_*) is not the caller's.
-CREATE FUNCTION pgembed._setting_v1(knob text, fallback text) RETURNS text
+-- `defaults` names the settings still at their built-in default (pg_settings.source). A value
+-- pgembed itself SET LOCAL for the ORM (remembered in pgembed.applied_*) is not the caller's.
+CREATE FUNCTION pgembed._setting_v1(knob text, fallback text, defaults text[]) RETURNS text
 LANGUAGE sql STABLE AS $fn$
     SELECT CASE
         WHEN current_setting(knob, true) IS NULL THEN fallback
-        WHEN current_setting(knob, true)
+        WHEN knob = ANY (defaults)
+          OR current_setting(knob, true)
              = current_setting('pgembed.applied_' || replace(knob, '.', '_'), true)
-          OR EXISTS (SELECT 1 FROM pg_settings s WHERE s.name = knob AND s.source = 'default')
             THEN coalesce(fallback, current_setting(knob, true))
         ELSE current_setting(knob, true)
     END
 $fn$;
 
 -- {hnsw.ef_search, hnsw.iterative_scan} for a search with this model: the model's ef_search
--- (pgembed.models.ef_search, NULL = pgvector's) and relaxed iterative scans, unless the caller set them.
+-- (pgembed.models.ef_search, NULL = pgvector's) and relaxed iterative scans, unless the caller set
+-- them. One pass over pg_settings (it lists every setting, so it is the expensive part).
 CREATE FUNCTION pgembed._settings_v1(model text) RETURNS text[]
 LANGUAGE sql STABLE AS $fn$
     SELECT ARRAY[
-        pgembed._setting_v1('hnsw.ef_search',
-                            (SELECT m.ef_search::text FROM pgembed.models m WHERE m.name = model)),
-        pgembed._setting_v1('hnsw.iterative_scan', 'relaxed_order')]
+        pgembed._setting_v1('hnsw.ef_search', m.ef_search::text, d.names),
+        pgembed._setting_v1('hnsw.iterative_scan', 'relaxed_order', d.names)]
+    FROM (SELECT coalesce(array_agg(s.name), '{}') AS names
+          FROM pg_settings s
+          WHERE s.name IN ('hnsw.ef_search', 'hnsw.iterative_scan') AND s.source = 'default') d
+    LEFT JOIN pgembed.models m ON m.name = model
 $fn$;
 
 CREATE FUNCTION pgembed._use_settings_v1(settings text[]) RETURNS void
