@@ -76,6 +76,7 @@ def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
     )
     with conn.transaction():
         catalog.insert(conn, spec)
+        catalog.record_version(conn, spec, spec.name, active=True)
         ddl.create(conn, spec)
         queued = ddl.enqueue_existing(conn, spec)
     return spec, queued
@@ -84,6 +85,10 @@ def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
 def remove(conn: psycopg.Connection, name: str) -> ModelSpec:
     spec = catalog.get(conn, name)
     with conn.transaction():
+        shadow = catalog.shadow(conn, name)
+        if shadow is not None:  # a reindex in progress goes with its model
+            ddl.drop(conn, shadow)
+            catalog.delete(conn, shadow.name)
         ddl.drop(conn, spec)
         catalog.delete(conn, name)
     return spec
