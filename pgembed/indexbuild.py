@@ -32,6 +32,7 @@ class BuildSettings:
 
     maintenance_work_mem: str = "1GB"
     parallel_workers: int = 2
+    poll_seconds: float = 0.5  # how often progress is read
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def build(
             "set_config('max_parallel_maintenance_workers', %s, false)",
             (settings.maintenance_work_mem, str(settings.parallel_workers)),
         )
-        watcher = _Watcher(url, conn, on_progress, stop)
+        watcher = _Watcher(url, conn, on_progress, stop, settings.poll_seconds)
         watcher.start()
         try:
             ddl.create_index(conn, spec, concurrently=True, name=name)
@@ -92,7 +93,7 @@ def build(
 def index_valid(conn: psycopg.Connection, schema: str, name: str) -> bool | None:
     """True for a usable index, False for one an interrupted build left invalid, None if none."""
     row = conn.execute(
-        "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(format('%%I.%%I', %s, %s))",
+        "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(format('%%I.%%I', %s::text, %s::text))",
         (schema, name),
     ).fetchone()
     return None if row is None else bool(row[0])

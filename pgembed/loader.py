@@ -183,7 +183,7 @@ def _create(
     conn: psycopg.Connection, schema: str, table: str, columns: Sequence[str], key: str
 ) -> bool:
     if conn.execute(
-        "SELECT to_regclass(format('%%I.%%I', %s, %s))", (schema, table)
+        "SELECT to_regclass(format('%%I.%%I', %s::text, %s::text))", (schema, table)
     ).fetchone() != (None,):
         return False
     definition = sql.SQL(", ").join(
