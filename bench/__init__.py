@@ -1,0 +1,1 @@
+"""Benchmarks; results are recorded in BENCHMARKS.md."""
