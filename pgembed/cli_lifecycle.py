@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from . import catalog, ddl, evaluate, indexbuild, loader, reindex, tune
 from .catalog import ModelSpec
+from .errors import UsageError
 from .progress import progress_bar
 
 if TYPE_CHECKING:
@@ -131,6 +132,9 @@ def reindex_cmd(app: App, /, name: str, index_only: bool, abort: bool, **kw: Any
 
     Resumes a reindex in progress (from `model alter` or an interrupted run) where it stopped.
     """
+    hnsw = kw["m"] is not None or kw["ef_construction"] is not None
+    if index_only and abort:
+        raise UsageError("--abort stops a full reindex; an --index-only rebuild stops with Ctrl-C")
     if index_only:
         _rebuild_index(app, name, kw)
         return
@@ -141,11 +145,15 @@ def reindex_cmd(app: App, /, name: str, index_only: bool, abort: bool, **kw: Any
                 f"model {name}: reindex to version {shadow.version} aborted ({shadow.name} dropped)"
             )
             return
-        if catalog.shadow(conn, name) is None:
-            change = reindex.Change(hnsw_m=kw["m"], hnsw_ef_construction=kw["ef_construction"])
-            shadow, queued = reindex.begin(
-                conn, name, change if kw["m"] or kw["ef_construction"] else None
+        running = catalog.shadow(conn, name)
+        if running is not None and hnsw:
+            raise UsageError(
+                f"model {name!r} has a reindex in progress: --m and --ef-construction apply when "
+                "a reindex starts (run it without them to finish, or --abort it)"
             )
+        if running is None:
+            change = reindex.Change(hnsw_m=kw["m"], hnsw_ef_construction=kw["ef_construction"])
+            shadow, queued = reindex.begin(conn, name, change if hnsw else None)
             click.echo(
                 f"model {name}: version {shadow.version} ({_describe(shadow)}); {queued} queued"
             )

@@ -93,7 +93,8 @@ def build(
 def index_valid(conn: psycopg.Connection, schema: str, name: str) -> bool | None:
     """True for a usable index, False for one an interrupted build left invalid, None if none."""
     row = conn.execute(
-        "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(format('%%I.%%I', %s::text, %s::text))",
+        "SELECT indisvalid FROM pg_index "
+        "WHERE indexrelid = to_regclass(format('%%I.%%I', %s::text, %s::text))",
         (schema, name),
     ).fetchone()
     return None if row is None else bool(row[0])

@@ -286,6 +286,8 @@ def test_second_alter_is_refused_abort_drops_the_shadow(
     second = cli("--database-url", db_url, "model", "alter", "minilm", "--pooling", "max")
     assert second.exit_code == 2
     assert "already has a reindex to version 2 in progress" in second.output
+    resize = cli("--database-url", db_url, "reindex", "minilm", "--m", "8")
+    assert resize.exit_code == 2 and "apply when a reindex starts" in resize.output
     reserved = cli(
         "--database-url", db_url, "model", "add", "a__b", "--table", "docs", "--column", "body"
     )
