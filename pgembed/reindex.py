@@ -69,6 +69,11 @@ def new_version(spec: ModelSpec, change: Change) -> ModelSpec:
         document_prefix=_pick(change.document_prefix, spec.document_prefix),
     )
     info = embedder.get(settings).info  # a reference that cannot load changes nothing
+    if info.position_limit is not None and info.max_seq_length > info.position_limit:
+        raise UsageError(
+            f"max sequence length {info.max_seq_length} exceeds what {settings.model_ref!r} "
+            f"can read ({info.position_limit} word pieces)"
+        )
     shadow = shadow_name(spec.name)
     return replace(
         spec,

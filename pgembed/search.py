@@ -8,7 +8,7 @@ import psycopg
 from pgvector import Vector
 from psycopg import sql
 
-from . import embedder, models, source
+from . import catalog, embedder, models, source
 from .catalog import ModelSpec
 from .embedder import Vectors
 from .errors import NotFoundError
@@ -52,7 +52,24 @@ def nearest_sql(spec: ModelSpec) -> sql.Composed:
 
 
 def query(conn: psycopg.Connection, spec: ModelSpec, text: str, k: int = 10) -> list[Hit]:
-    return nearest(conn, spec, embed_query(spec, text), k)
+    """Embed `text` with the model's settings and search.
+
+    If a reindex switched the model between reading `spec` and searching, the query vector was
+    made for the previous version: search again with the current one, so a query never meets
+    the other version's vectors.
+    """
+    while True:
+        try:
+            hits = nearest(conn, spec, embed_query(spec, text), k)
+        except psycopg.errors.DataException:  # e.g. other dimensions since the switch
+            current = catalog.get(conn, spec.name)
+            if catalog.same_space(current, spec):
+                raise
+        else:
+            current = catalog.get(conn, spec.name)
+            if catalog.same_space(current, spec):
+                return hits
+        spec = current
 
 
 def _require_vectors(conn: psycopg.Connection, spec: ModelSpec) -> None:

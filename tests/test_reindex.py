@@ -17,7 +17,7 @@ import pytest
 from pgvector import Vector
 
 from helpers import cli
-from pgembed import catalog, db, embedder, indexbuild, models, reindex, search, worker
+from pgembed import batch, catalog, db, embedder, indexbuild, models, reindex, search, worker
 
 SUBJECTS = ["battery", "charger", "screen", "speaker", "keyboard", "camera", "headset", "parcel"]
 VERDICTS = [
@@ -324,13 +324,12 @@ def test_sync_daemons_fill_the_shadow_and_reindex_switches(
 def test_stale_worker_releases_its_batch_instead_of_writing_old_vectors(
     synced: catalog.ModelSpec, conn: psycopg.Connection, db_url: str
 ) -> None:
-    stale = worker.Worker(db_url, worker.Options(models=("minilm",)))
     reindex.begin(conn, "minilm", reindex.Change(pooling="cls"))
     assert reindex.Reindex(db_url, "minilm", reindex.Options()).run() is not None
     conn.execute("UPDATE docs SET body = 'Changed after the switch.' WHERE id = 2")
     # A worker that read the catalog before the switch claims, embeds with mean pooling...
-    with db.connection(db_url) as wconn:
-        assert stale.batch(wconn, synced) is False
+    with db.connection(db_url) as wconn, pytest.raises(batch.ModelChanged):
+        batch.run_batch(wconn, synced, batch.BatchConfig("stale-worker", 64, 60, 5))
     # ...but writes nothing and gives the key back at once.
     assert 2 not in stored(conn)
     assert conn.execute("SELECT key, claimed_by FROM pgembed.queue").fetchall() == [("2", None)]
@@ -375,6 +374,8 @@ def test_alter_to_a_checkpoint_of_other_dimensions(
     np.testing.assert_allclose(np.stack([got[k] for k in sorted(TEXTS)]), want, atol=1e-5)
     hits = search.query(conn, spec, TEXTS[7], k=1)
     assert hits[0].key == "7"
+    # A caller still holding the 384-dimension spec from before the switch gets the same answer.
+    assert search.query(conn, synced, TEXTS[7], k=1) == hits
 
 
 def test_index_only_rebuild_records_new_parameters(
