@@ -8,11 +8,15 @@ from dataclasses import dataclass
 
 import psycopg
 
-from . import embedder, models, queries, queue, source, writer
+from . import catalog, embedder, models, queries, queue, source, writer
 from .catalog import ModelSpec
 from .embedding import Embedded, embed_rows
 
 log = logging.getLogger("pgembed.sync")
+
+
+class ModelChanged(Exception):
+    """The model was altered, reindexed or removed after the worker read the catalog."""
 
 
 @dataclass(frozen=True)
@@ -47,18 +51,15 @@ def run_batch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) ->
         return None
     rows = source.read(conn, spec, [c.key for c in claims])
     result = embed_rows(embedder.get(models.settings_of(spec)), rows)
-    failed_keys = {row.key for row, _ in result.failed}
     with conn.transaction():
-        written = writer.write(
-            conn,
-            spec,
-            [row.key for row in result.rows],
-            [row.text_md5 for row in result.rows],
-            result.matrix(),
-        )
-        queue.complete(conn, spec.name, [c for c in claims if c.key not in failed_keys])
-        seconds = time.monotonic() - started
-        _account(conn, spec, config.worker_id, written, result, seconds)
+        changed = _changed(conn, spec)
+        if changed:
+            queue.release(conn, spec.name, claims)  # commits with this transaction: ready again
+        else:
+            written = _write_back(conn, spec, config, claims, result, started)
+    if changed:
+        raise ModelChanged("changed since this worker read the catalog: batch given back")
+    seconds = time.monotonic() - started
     _record_failures(conn, spec, config, {c.key: c for c in claims}, result)
     log.info(
         "model=%s rows=%d written=%d failed=%d seconds=%.2f rows_per_second=%.1f",
@@ -70,6 +71,38 @@ def run_batch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) ->
         len(claims) / max(seconds, 1e-9),
     )
     return BatchResult(len(claims), len(written), len(result.failed))
+
+
+def _write_back(
+    conn: psycopg.Connection,
+    spec: ModelSpec,
+    config: BatchConfig,
+    claims: list[queue.Claim],
+    result: Embedded,
+    started: float,
+) -> set[str]:
+    written = writer.write(
+        conn,
+        spec,
+        [row.key for row in result.rows],
+        [row.text_md5 for row in result.rows],
+        result.matrix(),
+    )
+    failed_keys = {row.key for row, _ in result.failed}
+    queue.complete(conn, spec.name, [c for c in claims if c.key not in failed_keys])
+    _account(conn, spec, config.worker_id, written, result, time.monotonic() - started)
+    return written
+
+
+def _changed(conn: psycopg.Connection, spec: ModelSpec) -> bool:
+    """Whether the catalog no longer has the settings these vectors were made with.
+
+    The share lock on the catalog row lasts until the write commits: a reindex switch takes that
+    row FOR UPDATE before it swaps the column, so a write lands wholly before the swap, or is
+    refused after it.
+    """
+    current = catalog.locked(conn, spec.name)
+    return current is None or not catalog.same_space(current, spec)
 
 
 def _account(

@@ -36,6 +36,8 @@ class ModelSpec:
     hnsw_ef_construction: int = 64
     ef_search: int | None = None
     status: str = "active"
+    version: int = 1
+    shadow_of: str | None = None  # set on a reindex's shadow: the model it will replace
 
     @property
     def qualified_table(self) -> str:
@@ -66,6 +68,40 @@ def all_models(conn: psycopg.Connection) -> list[ModelSpec]:
         return [_spec(row) for row in cur.execute(_SELECT + " ORDER BY name")]
 
 
+def locked(conn: psycopg.Connection, name: str) -> ModelSpec | None:
+    """The model's row, share-locked until the caller's transaction ends (None if it is gone).
+
+    A reindex switch takes these rows FOR UPDATE before it touches the table, so a writer that
+    holds this lock knows the model's column cannot change under it until it commits.
+    """
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_SELECT + " WHERE name = %s FOR SHARE", (name,)).fetchone()
+    return None if row is None else _spec(row)
+
+
+def shadow(conn: psycopg.Connection, name: str) -> ModelSpec | None:
+    """The shadow of a reindex of `name` in progress, if any."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_SELECT + " WHERE shadow_of = %s", (name,)).fetchone()
+    return None if row is None else _spec(row)
+
+
+def same_space(a: ModelSpec, b: ModelSpec) -> bool:
+    """Whether vectors made for `a` may still be written where `b` keeps its vectors."""
+    vector_fields = (
+        "embedding_column",
+        "model_ref",
+        "model_revision",
+        "pooling",
+        "normalize",
+        "dimensions",
+        "max_seq_length",
+        "document_prefix",
+        "version",
+    )
+    return all(getattr(a, f) == getattr(b, f) for f in vector_fields)
+
+
 def exists(conn: psycopg.Connection, name: str) -> bool:
     row = conn.execute("SELECT EXISTS (SELECT 1 FROM pgembed.models WHERE name = %s)", (name,))
     result = row.fetchone()
@@ -77,6 +113,27 @@ def insert(conn: psycopg.Connection, spec: ModelSpec) -> None:
     placeholders = ", ".join(f"%({c})s" for c in _COLUMNS)
     conn.execute(
         f"INSERT INTO pgembed.models ({', '.join(_COLUMNS)}) VALUES ({placeholders})", values
+    )
+
+
+_VERSIONED = (
+    "model_ref, model_revision, pooling, normalize, dimensions, max_seq_length, "
+    "query_prefix, document_prefix, hnsw_m, hnsw_ef_construction"
+)
+_EXCLUDED = ", ".join(f"excluded.{c.strip()}" for c in _VERSIONED.split(","))
+
+
+def record_version(conn: psycopg.Connection, spec: ModelSpec, name: str, active: bool) -> None:
+    """Keep `spec`'s settings as version `spec.version` of model `name`.
+
+    A version left by an abandoned reindex is overwritten by the next attempt at that number.
+    """
+    conn.execute(
+        f"INSERT INTO pgembed.model_versions (name, version, {_VERSIONED}, activated_at) "
+        f"SELECT %s, version, {_VERSIONED}, CASE WHEN %s THEN now() END "
+        "FROM pgembed.models WHERE name = %s ON CONFLICT (name, version) DO UPDATE SET "
+        f"({_VERSIONED}, created_at, activated_at) = ({_EXCLUDED}, now(), excluded.activated_at)",
+        (name, active, spec.name),
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 import psycopg
 
-from . import catalog, config, db, migrate, models, search, status, worker
+from . import catalog, cli_lifecycle, config, db, migrate, models, search, status, worker
 from .errors import PgembedError
 from .logs import setup_logging
 from .progress import progress_bar
@@ -367,6 +367,8 @@ def _status_text(conn: psycopg.Connection, report: list[dict[str, Any]]) -> str:
             f"lag {m['lag_seconds']:.1f}s  failed {m['failed']}  truncated {m['truncated']}  "
             f"{m['rows_per_second']:.1f} rows/s  workers {len(m['workers'])}"
         )
+        if m.get("reindex"):
+            lines.append(cli_lifecycle.reindex_line(m["name"], m["reindex"]))
     failed = status.failures(conn)
     if failed:
         lines.append("recent failures (`pgembed retry` requeues them):")
@@ -405,5 +407,9 @@ def demo_cmd(app: App) -> None:
 
     demo.run(app.url, click.echo)
 
+
+model_group.add_command(cli_lifecycle.model_alter)
+for _command in cli_lifecycle.COMMANDS:
+    main.add_command(_command)
 
 __all__ = ["config", "main"]

@@ -43,14 +43,21 @@ def create(conn: psycopg.Connection, spec: ModelSpec) -> None:
     create_triggers(conn, spec)
 
 
-def create_index(conn: psycopg.Connection, spec: ModelSpec, *, concurrently: bool = False) -> None:
+def create_index(
+    conn: psycopg.Connection,
+    spec: ModelSpec,
+    *,
+    concurrently: bool = False,
+    name: str | None = None,
+) -> None:
+    """The model's HNSW index, under `name` when a rebuild needs a temporary one."""
     conn.execute(
         sql.SQL(
             "CREATE INDEX {concurrently} {name} ON {table} USING hnsw ({column} vector_cosine_ops) "
             "WITH (m = {m}, ef_construction = {ef})"
         ).format(
             concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""),
-            name=sql.Identifier(index_name(spec)),
+            name=sql.Identifier(name or index_name(spec)),
             table=_table(spec),
             column=sql.Identifier(spec.embedding_column),
             m=sql.Literal(spec.hnsw_m),

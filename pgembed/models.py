@@ -77,6 +77,7 @@ def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
     )
     with conn.transaction():
         catalog.insert(conn, spec)
+        catalog.record_version(conn, spec, spec.name, active=True)
         ddl.create(conn, spec)
         if request.fulltext:
             ddl.create_fulltext_index(conn, spec)
@@ -87,6 +88,10 @@ def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
 def remove(conn: psycopg.Connection, name: str) -> ModelSpec:
     spec = catalog.get(conn, name)
     with conn.transaction():
+        shadow = catalog.shadow(conn, name)
+        if shadow is not None:  # a reindex in progress goes with its model
+            ddl.drop(conn, shadow)
+            catalog.delete(conn, shadow.name)
         ddl.drop(conn, spec)
         catalog.delete(conn, name)
     return spec

@@ -17,6 +17,10 @@ def model_name(name: str) -> str:
             f"invalid model name {name!r}: use 1-48 lowercase letters, digits or '_', "
             "starting with a letter"
         )
+    if "__" in name:
+        raise UsageError(
+            f"invalid model name {name!r}: '__' is reserved for pgembed's reindex shadows"
+        )
     return name
 
 

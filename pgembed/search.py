@@ -18,7 +18,7 @@ from pgvector import Vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from . import db, embedder, models, source
+from . import catalog, db, embedder, models, source
 from .catalog import ModelSpec
 from .embedder import Vectors
 from .errors import NotFoundError, PgembedError, UsageError
@@ -89,7 +89,24 @@ def query(
     *,
     ef_search: int | None = None,
 ) -> list[Hit]:
-    return nearest(conn, spec, embed_query(spec, text), k, filter, ef_search=ef_search)
+    """Embed `text` with the model's settings and search.
+
+    If a reindex switched the model between reading `spec` and searching, the query vector was
+    made for the previous version: search again with the current one, so a query never meets
+    the other version's vectors.
+    """
+    while True:
+        try:
+            hits = nearest(conn, spec, embed_query(spec, text), k, filter, ef_search=ef_search)
+        except UsageError:  # e.g. other dimensions since the switch
+            current = catalog.get(conn, spec.name)
+            if catalog.same_space(current, spec):
+                raise
+        else:
+            current = catalog.get(conn, spec.name)
+            if catalog.same_space(current, spec):
+                return hits
+        spec = current
 
 
 def similar(

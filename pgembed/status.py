@@ -8,7 +8,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from . import catalog, source
+from . import catalog, ddl, indexbuild, reindex, source
 from .catalog import ModelSpec
 
 # Workers that missed this many seconds of heartbeats are not shown as live.
@@ -80,7 +80,35 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
 
 
 def all_status(conn: psycopg.Connection) -> list[dict[str, Any]]:
-    return [model_status(conn, spec) for spec in catalog.all_models(conn)]
+    """One entry per model; a reindex in progress shows under the model it will replace."""
+    specs = catalog.all_models(conn)
+    shadows = {s.shadow_of: s for s in specs if s.shadow_of is not None}
+    return [
+        {
+            **model_status(conn, spec),
+            "version": spec.version,
+            "reindex": reindex_status(conn, shadows[spec.name]) if spec.name in shadows else None,
+        }
+        for spec in specs
+        if spec.shadow_of is None
+    ]
+
+
+def reindex_status(conn: psycopg.Connection, shadow: ModelSpec) -> dict[str, Any]:
+    done = reindex.progress(conn, shadow)
+    return {
+        "shadow": shadow.name,
+        "version": shadow.version,
+        "model": shadow.model_ref,
+        "pooling": shadow.pooling,
+        "dimensions": shadow.dimensions,
+        "rows_embedded": done.embedded,
+        "rows_total": done.total,
+        "queued": done.queued,
+        "index_built": bool(
+            indexbuild.index_valid(conn, shadow.table_schema, ddl.index_name(shadow))
+        ),
+    }
 
 
 def failures(conn: psycopg.Connection, limit: int = 20) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import psycopg
 
 from . import catalog, db, embedder, migrate, models, queries
-from .batch import BatchConfig, run_batch
+from .batch import BatchConfig, ModelChanged, run_batch
 from .catalog import ModelSpec
 from .errors import DatabaseError, NotFoundError
 
@@ -70,6 +70,7 @@ class Worker:
         self._on_progress = on_progress
         self._last_heartbeat = 0.0
         self._started = False  # set once the first session is up and serving
+        self._stale = False  # a model changed under a batch: reread the catalog
         self._config = BatchConfig(
             self.id, options.batch_size, options.lease_seconds, options.max_attempts
         )
@@ -126,6 +127,10 @@ class Worker:
         while not self.stop_event.is_set():
             did_work = self.drain(conn, specs)
             self._heartbeat(conn, specs)
+            if self._stale:  # a model was altered or reindexed under a batch: reread the catalog
+                self._stale = False
+                specs = self.models(conn)
+                continue
             if self.options.once and not did_work:
                 return
             if not did_work:
@@ -161,6 +166,10 @@ class Worker:
     def _batch(self, conn: psycopg.Connection, spec: ModelSpec) -> bool:
         try:
             result = run_batch(conn, spec, self._config)
+        except ModelChanged as exc:
+            log.info("model=%s %s; rereading the catalog", spec.name, exc)
+            self._stale = True
+            return False
         except psycopg.OperationalError:
             raise
         except psycopg.Error as exc:

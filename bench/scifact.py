@@ -1,0 +1,169 @@
+"""Retrieval quality on BEIR SciFact, next to the published MTEB score of all-MiniLM-L6-v2.
+
+    python -m bench.scifact [--data ../shared/data/scifact] [--database-url URL] [--out FILE]
+
+Loads the corpus with `pgembed load` semantics (document = `(title + " " + text).strip()`, as
+MTEB encodes it), adds all-MiniLM-L6-v2 with mean pooling (the checkpoint's own) and with CLS
+pooling, syncs both, and runs `pgembed eval` on the 300 test queries: exact search, indexed search
+at pgvector's default ef_search, and indexed search again after `pgembed tune`. Without a URL it
+uses a fresh embedded server under a temporary PGEMBED_HOME.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pgembed import catalog, db, evaluate, loader, migrate, models, tune, worker
+
+REPO = Path(__file__).resolve().parent.parent
+# MTEB results, sentence-transformers/all-MiniLM-L6-v2, SciFact test split (see SOURCE.md).
+PUBLISHED = {"ndcg": 0.64508, "recall": 0.78333, "mrr": 0.60473}
+MODELS = (("minilm", "mean"), ("minilm_cls", "cls"))
+TABLE = "scifact"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=REPO.parent / "shared/data/scifact")
+    parser.add_argument("--database-url", help="default: a fresh embedded server")
+    parser.add_argument("--out", type=Path, default=REPO / "bench/results/scifact.json")
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args(argv)
+    url = args.database_url or _fresh_embedded_server()
+
+    with db.connection(url) as conn:
+        migrate.migrate(conn)
+    timings: dict[str, float] = {}
+    with db.connection(url) as conn:
+        started = time.monotonic()
+        loaded = loader.load(
+            conn,
+            loader.LoadRequest(
+                args.data / "corpus.jsonl.gz", TABLE, key="_id", text_columns=("title", "text")
+            ),
+        )
+        timings["load_seconds"] = time.monotonic() - started
+        for name, pooling in MODELS:
+            if not catalog.exists(conn, name):
+                models.add(conn, models.AddRequest(name, TABLE, "text", pooling=pooling))
+    print(f"corpus: {loaded.read} documents ({loaded.inserted} new)", file=sys.stderr)
+
+    started = time.monotonic()
+    options = worker.Options(
+        models=tuple(n for n, _ in MODELS), batch_size=args.batch_size, once=True
+    )
+    stats = worker.Worker(url, options).run()
+    timings["sync_seconds"] = time.monotonic() - started
+    print(f"synced {stats.written} vectors in {timings['sync_seconds']:.0f} s", file=sys.stderr)
+
+    queries = evaluate.read_queries(args.data / "queries.jsonl")
+    qrels = evaluate.read_qrels(args.data / "qrels/test.tsv")
+    results: dict[str, Any] = {}
+    with db.connection(url) as conn:
+        for name, pooling in MODELS:
+            results[name] = _evaluate(conn, name, pooling, queries, qrels)
+    report = {
+        "dataset": "BEIR SciFact, test split (300 queries, 5,183 documents)",
+        "published": {"model": "sentence-transformers/all-MiniLM-L6-v2", "k": 10, **PUBLISHED},
+        "results": results,
+        "corpus_documents": loaded.read,
+        "timings": timings,
+        "machine": _machine(),
+        "command": "python -m bench.scifact "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(_markdown(report))
+    return 0
+
+
+def _evaluate(
+    conn: Any, name: str, pooling: str, queries: dict[str, str], qrels: evaluate.Qrels
+) -> dict[str, Any]:
+    tune.record(conn, name, None)  # start from pgvector's default ef_search
+    default = evaluate.evaluate(conn, catalog.get(conn, name), queries, qrels, k=10)
+    texts = [queries[q] for q in qrels if q in queries]
+    tuned = tune.tune(conn, catalog.get(conn, name), 0.99, 10, texts, sample=len(texts))
+    after = evaluate.evaluate(conn, catalog.get(conn, name), queries, qrels, k=10)
+    return {
+        "pooling": pooling,
+        "default_ef_search": dataclasses.asdict(default),
+        "tune": dataclasses.asdict(tuned),
+        "tuned_ef_search": dataclasses.asdict(after),
+    }
+
+
+def _fresh_embedded_server() -> str:
+    home = Path(tempfile.mkdtemp(prefix="pgembed-bench-"))
+    home.chmod(0o755)  # the embedded server runs as its own OS user: it must reach its data
+    os.environ["PGEMBED_HOME"] = str(home)
+    for var in ("PGEMBED_DATABASE_URL", "DATABASE_URL"):
+        os.environ.pop(var, None)
+    from pgembed import embedded
+
+    return embedded.url()
+
+
+def _machine() -> dict[str, Any]:
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")),
+        platform.processor(),
+    )
+    import torch
+
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "gpu": torch.cuda.is_available(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "sentence_transformers": metadata.version("sentence-transformers"),
+        "transformers": metadata.version("transformers"),
+        "pgvector_python": metadata.version("pgvector"),
+    }
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    lines = [
+        "| model | search | ef_search | nDCG@10 | recall@10 | MRR@10 | index recall@10 vs exact |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"| published (MTEB) | exact | - | {PUBLISHED['ndcg']:.5f} | {PUBLISHED['recall']:.5f} "
+        f"| {PUBLISHED['mrr']:.5f} | - |",
+    ]
+    for name, result in report["results"].items():
+        default, after = result["default_ef_search"], result["tuned_ef_search"]
+        label = f"{name} ({result['pooling']})"
+        rows = (
+            ("exact", "-", default["exact"], "-"),
+            ("indexed", default["ef_search"], default["indexed"], default["index_recall"]),
+            ("indexed, tuned", after["ef_search"], after["indexed"], after["index_recall"]),
+        )
+        for search, ef, m, index_recall in rows:
+            recall = index_recall if isinstance(index_recall, str) else f"{index_recall:.4f}"
+            lines.append(
+                f"| {label} | {search} | {ef} | {m['ndcg']:.5f} | {m['recall']:.5f} "
+                f"| {m['mrr']:.5f} | {recall} |"
+            )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
