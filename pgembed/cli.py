@@ -122,9 +122,7 @@ def model_group() -> None:
 )
 @click.option("--query-prefix", default="", help="Text put before every query.")
 @click.option("--document-prefix", default="", help="Text put before every embedded row.")
-@click.option(
-    "--fulltext", is_flag=True, help="Also create the full-text index hybrid search needs."
-)
+@click.option("--fulltext", is_flag=True, help="Also create the index --hybrid needs.")
 @pass_app
 def model_add(
     app: App,
@@ -285,18 +283,9 @@ def _stop_on_signals(stop: Callable[[], None]) -> None:
 @click.argument("text", required=False)
 @click.option("--model", "model_name", required=True, help="The model to search with.")
 @click.option("-k", "k", type=click.IntRange(1, 1000), default=10, show_default=True)
-@click.option(
-    "--filter",
-    "filter_json",
-    metavar="JSON",
-    help='Only rows matching, e.g. \'{"rating": {"$gte": 4}}\'.',
-)
-@click.option(
-    "--similar-to", metavar="KEY", help="Rows like the row with this key (instead of TEXT)."
-)
-@click.option(
-    "--hybrid", is_flag=True, help="Fuse vector and full-text rankings (needs the full-text index)."
-)
+@click.option("--filter", "filter_json", metavar="JSON", help='Only rows matching {"col": value}.')
+@click.option("--similar-to", metavar="KEY", help="Rows like this row (instead of TEXT).")
+@click.option("--hybrid", is_flag=True, help="Fuse with a full-text ranking of TEXT.")
 @click.option("--ef-search", type=click.IntRange(1, 1000), help="hnsw.ef_search for this query.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_app
