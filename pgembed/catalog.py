@@ -36,6 +36,10 @@ class ModelSpec:
     hnsw_ef_construction: int = 64
     ef_search: int | None = None
     status: str = "active"
+    precision: str = "fp32"  # what every encoder of this model computes in (see precision.py)
+    precision_requested: str = "fp32"
+    precision_cosine: float | None = None  # agreement with fp32 vectors when it was checked
+    precision_note: str = ""
 
     @property
     def qualified_table(self) -> str:

@@ -19,9 +19,11 @@ def test_migrate_applies_then_is_a_noop(empty_db_url: str) -> None:
     assert second.exit_code == 0
     assert "up to date" in second.output
     with db.connection(empty_db_url) as conn:
-        rows = conn.execute("SELECT version, name, sha256 FROM pgembed.migrations").fetchall()
-        assert [(v, n) for v, n, _ in rows] == [(1, "schema")]
-        assert rows[0][2] == migrate.available()[0].sha256
+        rows = conn.execute(
+            "SELECT version, name, sha256 FROM pgembed.migrations ORDER BY version"
+        ).fetchall()
+        assert rows == [(m.version, m.name, m.sha256) for m in migrate.available()]
+        assert rows[0][:2] == (1, "schema")
         assert conn.execute(
             "SELECT count(*) FROM pg_extension WHERE extname = 'vector'"
         ).fetchone() == (1,)
