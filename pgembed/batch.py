@@ -1,4 +1,8 @@
-"""One batch of one model: claim, read, embed outside any transaction, write back, account."""
+"""One batch of one model in three steps: fetch (claim + read), embed, store (write + account).
+
+fetch and store are short database work; embed runs outside any transaction. `run_batch` does
+the three in a row; pipeline.py overlaps them across consecutive batches.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import psycopg
 from . import catalog, embedder, models, queries, queue, source, writer
 from .catalog import ModelSpec
 from .embedding import Embedded, embed_rows
+from .source import SourceRow
 
 log = logging.getLogger("pgembed.sync")
 
@@ -37,11 +42,20 @@ class BatchConfig:
     batch_size: int
     lease_seconds: float
     max_attempts: int
+    device: str = "cpu"
 
 
-def run_batch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) -> BatchResult | None:
-    """Process one batch; None when the model's queue has nothing ready."""
-    started = time.monotonic()
+@dataclass(frozen=True)
+class Claimed:
+    """Claimed keys and the rows they still have (gone or blank rows do not come back)."""
+
+    spec: ModelSpec
+    claims: list[queue.Claim]
+    rows: list[SourceRow]
+
+
+def fetch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) -> Claimed | None:
+    """Claim up to a batch of ready keys and read their text; None when nothing is ready."""
     claims = queue.claim(conn, spec.name, config.worker_id, config.batch_size, config.lease_seconds)
     if not claims and queue.transfer(conn, spec.name):
         claims = queue.claim(
@@ -49,17 +63,41 @@ def run_batch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) ->
         )
     if not claims:
         return None
-    rows = source.read(conn, spec, [c.key for c in claims])
-    result = embed_rows(embedder.get(models.settings_of(spec)), rows)
+    return Claimed(spec, claims, source.read(conn, spec, [c.key for c in claims]))
+
+
+def embed(claimed: Claimed, config: BatchConfig) -> Embedded:
+    settings = models.runtime_settings(claimed.spec, config.device)
+    return embed_rows(embedder.get(settings), claimed.rows)
+
+
+def store(
+    conn: psycopg.Connection,
+    claimed: Claimed,
+    result: Embedded,
+    config: BatchConfig,
+    seconds: float,
+) -> BatchResult:
+    """Write the vectors whose text is unchanged, complete the claims, record failures."""
+    spec, claims = claimed.spec, claimed.claims
+    failed_keys = {row.key for row, _ in result.failed}
     with conn.transaction():
-        changed = _changed(conn, spec)
-        if changed:
+        if _changed(conn, spec):
             queue.release(conn, spec.name, claims)  # commits with this transaction: ready again
+            changed = True
         else:
-            written = _write_back(conn, spec, config, claims, result, started)
+            changed = False
+            written = writer.write(
+                conn,
+                spec,
+                [row.key for row in result.rows],
+                [row.text_md5 for row in result.rows],
+                result.matrix(),
+            )
+            queue.complete(conn, spec.name, [c for c in claims if c.key not in failed_keys])
+            _account(conn, spec, config.worker_id, written, result, seconds)
     if changed:
         raise ModelChanged("changed since this worker read the catalog: batch given back")
-    seconds = time.monotonic() - started
     _record_failures(conn, spec, config, {c.key: c for c in claims}, result)
     log.info(
         "model=%s rows=%d written=%d failed=%d seconds=%.2f rows_per_second=%.1f",
@@ -73,25 +111,19 @@ def run_batch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) ->
     return BatchResult(len(claims), len(written), len(result.failed))
 
 
-def _write_back(
-    conn: psycopg.Connection,
-    spec: ModelSpec,
-    config: BatchConfig,
-    claims: list[queue.Claim],
-    result: Embedded,
-    started: float,
-) -> set[str]:
-    written = writer.write(
-        conn,
-        spec,
-        [row.key for row in result.rows],
-        [row.text_md5 for row in result.rows],
-        result.matrix(),
-    )
-    failed_keys = {row.key for row, _ in result.failed}
-    queue.complete(conn, spec.name, [c for c in claims if c.key not in failed_keys])
-    _account(conn, spec, config.worker_id, written, result, time.monotonic() - started)
-    return written
+def release(conn: psycopg.Connection, claimed: Claimed) -> None:
+    """Hand a batch that will not be embedded back to the queue at once."""
+    queue.release(conn, claimed.spec.name, claimed.claims)
+
+
+def run_batch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) -> BatchResult | None:
+    """Process one batch without overlap; None when the model's queue has nothing ready."""
+    started = time.monotonic()
+    claimed = fetch(conn, spec, config)
+    if claimed is None:
+        return None
+    result = embed(claimed, config)
+    return store(conn, claimed, result, config, time.monotonic() - started)
 
 
 def _changed(conn: psycopg.Connection, spec: ModelSpec) -> bool:

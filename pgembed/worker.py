@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 import psycopg
 
-from . import catalog, db, embedder, migrate, models, queries
-from .batch import BatchConfig, ModelChanged, run_batch
+from . import batching, catalog, db, embedder, hardware, migrate, models, queries
+from .batch import BatchConfig, BatchResult
 from .catalog import ModelSpec
 from .errors import DatabaseError, NotFoundError
+from .pipeline import Pipeline
 
 log = logging.getLogger("pgembed.sync")
 
@@ -41,13 +42,14 @@ def _permanent(exc: Exception) -> bool:
 @dataclass(frozen=True)
 class Options:
     models: tuple[str, ...] = ()  # empty: every model in the catalog
-    batch_size: int = 64
+    batch_size: int = batching.CPU_CLAIM_SIZE  # keys claimed at once (see batching.py)
     lease_seconds: float = 60.0
     poll_seconds: float = 5.0
     max_attempts: int = 5
     once: bool = False
     heartbeat_seconds: float = 10.0
     max_backoff_seconds: float = 30.0
+    device: str = "cpu"  # a resolved device: cpu or cuda
 
 
 @dataclass
@@ -72,7 +74,7 @@ class Worker:
         self._started = False  # set once the first session is up and serving
         self._stale = False  # a model changed under a batch: reread the catalog
         self._config = BatchConfig(
-            self.id, options.batch_size, options.lease_seconds, options.max_attempts
+            self.id, options.batch_size, options.lease_seconds, options.max_attempts, options.device
         )
 
     def stop(self) -> None:
@@ -85,6 +87,7 @@ class Worker:
         hang); afterwards the worker rides out restarts and dropped connections with backoff.
         """
         delay = 0.0
+        hardware.use_all_cores()
         while not self.stop_event.is_set():
             try:
                 self._session()
@@ -151,39 +154,33 @@ class Worker:
                         raise
                     log.warning("model %s no longer exists; skipping it", name)
         for spec in specs:
-            embedder.get(models.settings_of(spec))
+            embedder.get(models.runtime_settings(spec, self.options.device))
         return specs
 
     def drain(self, conn: psycopg.Connection, specs: Sequence[ModelSpec]) -> bool:
-        """One batch per model in turn, until every queue is empty or stop is asked."""
-        did_work = False
-        busy = list(specs)
-        while busy and not self.stop_event.is_set():
-            busy = [spec for spec in busy if self._batch(conn, spec)]
-            did_work = did_work or bool(busy)
-        return did_work
+        """Batches of each model in turn, until every queue is empty or stop is asked; database
+        I/O overlaps encoding (see pipeline.py)."""
+        pipeline = Pipeline(
+            conn,
+            specs,
+            self._config,
+            self.stop_event,
+            on_result=self._count,
+            on_io_idle=lambda: self._heartbeat(conn, specs),
+            on_model_changed=self._model_changed,
+        )
+        return pipeline.run()
 
-    def _batch(self, conn: psycopg.Connection, spec: ModelSpec) -> bool:
-        try:
-            result = run_batch(conn, spec, self._config)
-        except ModelChanged as exc:
-            log.info("model=%s %s; rereading the catalog", spec.name, exc)
-            self._stale = True
-            return False
-        except psycopg.OperationalError:
-            raise
-        except psycopg.Error as exc:
-            # E.g. the model was removed while we worked: its claims expire; others go on.
-            log.error("model=%s batch failed: %s", spec.name, db.first_line(exc))
-            return False
-        if result is None:
-            return False
+    def _model_changed(self, spec: ModelSpec) -> None:
+        """A model was altered or reindexed under a batch: reread the catalog before going on."""
+        self._stale = True
+
+    def _count(self, spec: ModelSpec, result: BatchResult) -> None:
         self.stats.written += result.written
         self.stats.skipped += result.skipped
         self.stats.failed += result.failed
         if self._on_progress:
             self._on_progress(spec.name, result.claimed)
-        return True
 
     def _heartbeat(
         self, conn: psycopg.Connection, specs: Sequence[ModelSpec], force: bool = False

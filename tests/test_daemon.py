@@ -25,7 +25,8 @@ from pgembed import models
 
 @pytest.fixture
 def watched(reviews: psycopg.Connection) -> psycopg.Connection:
-    models.add(reviews, models.AddRequest("minilm", "reviews", "body"))
+    # fp32: the end state is checked against fp32 vectors, on any CPU.
+    models.add(reviews, models.AddRequest("minilm", "reviews", "body", precision="fp32"))
     return reviews
 
 

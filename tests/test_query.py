@@ -13,7 +13,8 @@ from pgembed import catalog, embedder, models, search, worker
 
 @pytest.fixture
 def synced(reviews: psycopg.Connection, db_url: str) -> catalog.ModelSpec:
-    spec = models.add(reviews, models.AddRequest("minilm", "reviews", "body"))[0]
+    request = models.AddRequest("minilm", "reviews", "body", precision="fp32")  # vs fp32 refs
+    spec = models.add(reviews, request)[0]
     worker.Worker(db_url, worker.Options(once=True)).run()
     return spec
 

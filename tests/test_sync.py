@@ -15,7 +15,8 @@ from pgembed import catalog, embedder, models, queue, source, worker, writer
 
 @pytest.fixture
 def spec(reviews: psycopg.Connection) -> catalog.ModelSpec:
-    return models.add(reviews, models.AddRequest("minilm", "reviews", "body"))[0]
+    request = models.AddRequest("minilm", "reviews", "body", precision="fp32")  # vs fp32 refs
+    return models.add(reviews, request)[0]
 
 
 def vectors(conn: psycopg.Connection) -> dict[int, np.ndarray | None]:

@@ -1,0 +1,180 @@
+"""Per-model precision: `auto` follows the CPU, a request is kept only if it agrees with fp32."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+
+from helpers import cli
+from pgembed import arithmetic, embedder, hardware, models, precision, worker
+from pgembed.errors import ConfigError, ModelLoadError, UsageError
+
+MINILM = embedder.Settings("all-MiniLM-L6-v2")
+
+
+def mean_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return float((a * b).sum(axis=1).mean())
+
+
+def test_native_bf16_is_what_torch_and_the_kernel_report() -> None:
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+    kernel_says = bool(flags & {"avx512_bf16", "amx_bf16"})
+    assert hardware.cpu_has_native_bf16() == kernel_says
+    # This development machine: AMD EPYC with AVX2 only (no AVX-512), so no native bf16.
+    if "avx512f" not in flags:
+        assert hardware.cpu_capability() in {"AVX2", "DEFAULT"}
+        assert not hardware.cpu_has_native_bf16()
+
+
+def test_auto_resolves_to_bf16_only_with_native_bf16() -> None:
+    choice = precision.choose(MINILM, "auto", precision.builtin_sample())
+    if hardware.cpu_has_native_bf16():
+        assert choice.precision == "bf16" and choice.cosine is not None
+        assert choice.cosine >= precision.MIN_COSINE
+    else:
+        assert (choice.precision, choice.cosine) == ("fp32", None)
+        assert "no native bf16" in choice.note and hardware.cpu_capability() in choice.note
+    assert choice.requested == "auto"
+
+
+def test_int8_is_rejected_with_the_measured_cosine(reviews: psycopg.Connection) -> None:
+    spec = models.add(reviews, models.AddRequest("minilm", "reviews", "body", precision="int8"))[0]
+    assert (spec.precision, spec.precision_requested) == ("fp32", "int8")
+    assert spec.precision_cosine is not None and spec.precision_cosine < precision.MIN_COSINE
+    assert "int8 rejected" in spec.precision_note and "using fp32" in spec.precision_note
+    # The stored cosine is a real measurement: recompute it from both models' vectors.
+    texts = [row[0] for row in reviews.execute("SELECT body FROM reviews")]
+    fp32 = embedder.get(MINILM).encode_documents(texts)
+    int8 = embedder.get(embedder.Settings("all-MiniLM-L6-v2", precision="int8"))
+    assert spec.precision_cosine == pytest.approx(
+        mean_cosine(fp32, int8.encode_documents(texts)), abs=1e-6
+    )
+    assert f"{spec.precision_cosine:.5f}" in spec.precision_note
+    stored = reviews.execute(
+        "SELECT precision, precision_requested, precision_cosine, precision_note "
+        "FROM pgembed.models WHERE name = 'minilm'"
+    ).fetchone()
+    assert stored == ("fp32", "int8", spec.precision_cosine, spec.precision_note)
+    assert models.settings_of(spec).precision == "fp32"
+
+
+def test_bf16_request_is_checked_kept_and_used_for_rows_and_queries(
+    reviews: psycopg.Connection, db_url: str
+) -> None:
+    spec = models.add(reviews, models.AddRequest("minilm", "reviews", "body", precision="bf16"))[0]
+    assert spec.precision == "bf16"
+    assert spec.precision_cosine is not None and spec.precision_cosine >= precision.MIN_COSINE
+    assert "bf16 accepted" in spec.precision_note
+    # Accepted with a warning where bf16 is emulated: the model may run on other machines too.
+    emulated = "emulated and slower than fp32" in spec.precision_note
+    assert emulated == (not hardware.cpu_has_native_bf16())
+
+    worker.Worker(db_url, worker.Options(once=True)).run()
+    rows = reviews.execute("SELECT body, embedding_minilm FROM reviews ORDER BY id").fetchall()
+    bf16 = embedder.get(models.settings_of(spec))
+    assert bf16.settings.precision == "bf16"
+    want = bf16.encode_documents([body for body, _ in rows])
+    got = np.stack([vec.to_numpy() for _, vec in rows])
+    np.testing.assert_allclose(got, want, atol=2e-3)  # bf16 sums differ a little by batch shape
+    # Queries are embedded in the model's precision too.
+    query = models.settings_of(spec)
+    assert query == bf16.settings
+
+
+def test_model_add_prints_and_status_shows_the_precision(
+    reviews: psycopg.Connection, db_url: str
+) -> None:
+    added = cli(
+        "--database-url", db_url, "model", "add", "minilm", "--table", "reviews", "--column",
+        "body", "--precision", "int8",
+    )  # fmt: skip
+    assert added.exit_code == 0, added.output
+    assert "precision fp32: int8 rejected: its vectors agree with fp32 ones only" in added.output
+    (status,) = json.loads(cli("--database-url", db_url, "status", "--json").output)
+    assert status["precision"] == "fp32" and status["precision_requested"] == "int8"
+    assert 0.5 < status["precision_cosine"] < precision.MIN_COSINE
+    assert status["precision_note"].startswith("int8 rejected")
+    text = cli("--database-url", db_url, "status").output
+    assert "precision fp32: int8 rejected" in text
+
+
+def test_bad_precision_is_a_usage_error(reviews: psycopg.Connection, db_url: str) -> None:
+    result = cli(
+        "--database-url", db_url, "model", "add", "m", "--table", "reviews", "--column", "body",
+        "--precision", "fp64",
+    )  # fmt: skip
+    assert result.exit_code == 2 and "fp64" in result.output
+    with pytest.raises(UsageError, match="invalid precision 'fp64'"):
+        precision.choose(MINILM, "fp64", [])
+    assert reviews.execute("SELECT count(*) FROM pgembed.models").fetchone() == (0,)
+
+
+def test_sample_is_the_tables_texts_topped_up_when_few(reviews: psycopg.Connection) -> None:
+    own = precision.sample_texts(reviews, "public", "reviews", "body")
+    assert sorted(own) == sorted(r[0] for r in reviews.execute("SELECT body FROM reviews"))
+    assert len(precision.sample_texts(reviews, "public", "reviews", "body", limit=3)) == 3
+    reviews.execute("DELETE FROM reviews WHERE id > 2")
+    reviews.execute("UPDATE reviews SET body = '  ' WHERE id = 2")
+    few = precision.sample_texts(reviews, "public", "reviews", "body")
+    assert few[0] == "The battery dies before lunch, I have to charge it twice a day."
+    assert len(few) == precision.SAMPLE_SIZE and few[1:] == precision.builtin_sample()[:63]
+
+
+def test_precision_on_each_device() -> None:
+    assert precision.on_device("bf16", "auto", "cpu") == "bf16"
+    assert precision.on_device("int8", "int8", "cpu") == "int8"
+    assert precision.on_device("fp16", "auto", "cpu") == "fp32"  # CPUs only emulate fp16
+    assert precision.on_device("fp32", "fp32", "cuda") == "fp32"
+    assert precision.on_device("int8", "int8", "cuda") == "fp32"  # dynamic int8 is CPU-only
+
+
+def test_device_auto_is_cpu_here_and_cuda_without_a_gpu_is_one_line(db_url: str) -> None:
+    gpu = hardware.cuda_available()
+    assert hardware.resolve_device("auto") == ("cuda" if gpu else "cpu")
+    assert hardware.resolve_device("cpu") == "cpu"
+    with pytest.raises(UsageError, match="invalid device 'tpu'"):
+        hardware.resolve_device("tpu")
+    if gpu:
+        assert hardware.resolve_device("cuda") == "cuda"
+        return
+    with pytest.raises(ConfigError, match="no CUDA GPU"):
+        hardware.resolve_device("cuda")
+    result = subprocess.run(
+        [sys.executable, "-m", "pgembed", "--database-url", db_url, "sync", "--once",
+         "--device", "cuda"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "pgembed: error: --device cuda: no CUDA GPU is visible to torch on this machine"
+    )
+    bad = cli("--database-url", db_url, "sync", "--once", "--device", "tpu")
+    assert bad.exit_code == 2
+
+
+def test_worker_uses_one_torch_thread_per_core_it_is_given() -> None:
+    code = (
+        "import os, torch; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from pgembed import hardware; print(hardware.use_all_cores(), torch.get_num_threads())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    assert out.split() == ["1", "1"]
+    assert hardware.cores() == len(os.sched_getaffinity(0))
+
+
+def test_int8_is_cpu_only_and_unknown_precisions_are_refused() -> None:
+    with pytest.raises(ModelLoadError, match="runs only on the CPU"):
+        arithmetic.apply(object(), "int8", "cuda")
+    with pytest.raises(ModelLoadError, match="unknown precision 'fp8'"):
+        arithmetic.apply(object(), "fp8", "cpu")
