@@ -4,7 +4,7 @@
 
 Loads the corpus with `pgembed load` semantics (document = `(title + " " + text).strip()`, as
 MTEB encodes it), adds all-MiniLM-L6-v2 with mean pooling (the checkpoint's own) and with CLS
-pooling, syncs both, and runs `pgembed eval` on the 300 test queries: exact search, indexed search
+pooling, both in fp32 like the published run, syncs both, and runs `pgembed eval` on the 300 test queries: exact search, indexed search
 at pgvector's default ef_search, and indexed search again after `pgembed tune`. Without a URL it
 uses a fresh embedded server under a temporary PGEMBED_HOME.
 """
@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         timings["load_seconds"] = time.monotonic() - started
         for name, pooling in MODELS:
             if not catalog.exists(conn, name):
-                models.add(conn, models.AddRequest(name, TABLE, "text", pooling=pooling))
+                models.add(
+                    conn, models.AddRequest(name, TABLE, "text", pooling=pooling, precision="fp32")
+                )
     print(f"corpus: {loaded.read} documents ({loaded.inserted} new)", file=sys.stderr)
 
     started = time.monotonic()
