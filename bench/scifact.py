@@ -4,7 +4,7 @@
 
 Loads the corpus with `pgembed load` semantics (document = `(title + " " + text).strip()`, as
 MTEB encodes it), adds all-MiniLM-L6-v2 with mean pooling (the checkpoint's own) and with CLS
-pooling, syncs both, and runs `pgembed eval` on the 300 test queries: exact search, indexed search
+pooling, both in fp32 like the published run, syncs both, and runs `pgembed eval` on the 300 test queries: exact search, indexed search
 at pgvector's default ef_search, and indexed search again after `pgembed tune`. Without a URL it
 uses a fresh embedded server under a temporary PGEMBED_HOME.
 """
@@ -36,10 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared/data/scifact")
     parser.add_argument("--database-url", help="default: a fresh embedded server")
+    parser.add_argument("--home", type=Path, help="reuse this PGEMBED_HOME (e.g. a previous run's)")
     parser.add_argument("--out", type=Path, default=REPO / "bench/results/scifact.json")
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args(argv)
-    url = args.database_url or _fresh_embedded_server()
+    url = args.database_url or _embedded_server(args.home)
 
     with db.connection(url) as conn:
         migrate.migrate(conn)
@@ -55,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         timings["load_seconds"] = time.monotonic() - started
         for name, pooling in MODELS:
             if not catalog.exists(conn, name):
-                models.add(conn, models.AddRequest(name, TABLE, "text", pooling=pooling))
+                models.add(
+                    conn, models.AddRequest(name, TABLE, "text", pooling=pooling, precision="fp32")
+                )
     print(f"corpus: {loaded.read} documents ({loaded.inserted} new)", file=sys.stderr)
 
     started = time.monotonic()
@@ -91,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
 def _evaluate(
     conn: Any, name: str, pooling: str, queries: dict[str, str], qrels: evaluate.Qrels
 ) -> dict[str, Any]:
-    tune.record(conn, name, None)  # start from pgvector's default ef_search
+    tune.record(conn, name, 200)
+    wide = evaluate.evaluate(conn, catalog.get(conn, name), queries, qrels, k=10)
+    tune.record(conn, name, None)  # pgvector's default ef_search (40)
     default = evaluate.evaluate(conn, catalog.get(conn, name), queries, qrels, k=10)
     texts = [queries[q] for q in qrels if q in queries]
     tuned = tune.tune(conn, catalog.get(conn, name), 0.99, 10, texts, sample=len(texts))
@@ -101,12 +106,14 @@ def _evaluate(
         "default_ef_search": dataclasses.asdict(default),
         "tune": dataclasses.asdict(tuned),
         "tuned_ef_search": dataclasses.asdict(after),
+        "ef_search_200": dataclasses.asdict(wide),
     }
 
 
-def _fresh_embedded_server() -> str:
-    home = Path(tempfile.mkdtemp(prefix="pgembed-bench-"))
-    home.chmod(0o755)  # the embedded server runs as its own OS user: it must reach its data
+def _embedded_server(home: Path | None) -> str:
+    if home is None:
+        home = Path(tempfile.mkdtemp(prefix="pgembed-bench-"))
+        home.chmod(0o755)  # the embedded server runs as its own OS user: it must reach its data
     os.environ["PGEMBED_HOME"] = str(home)
     for var in ("PGEMBED_DATABASE_URL", "DATABASE_URL"):
         os.environ.pop(var, None)
@@ -155,6 +162,12 @@ def _markdown(report: dict[str, Any]) -> str:
             ("exact", "-", default["exact"], "-"),
             ("indexed", default["ef_search"], default["indexed"], default["index_recall"]),
             ("indexed, tuned", after["ef_search"], after["indexed"], after["index_recall"]),
+            (
+                "indexed",
+                200,
+                result["ef_search_200"]["indexed"],
+                result["ef_search_200"]["index_recall"],
+            ),
         )
         for search, ef, m, index_recall in rows:
             recall = index_recall if isinstance(index_recall, str) else f"{index_recall:.4f}"
