@@ -5,8 +5,9 @@
 Loads the corpus with `pgembed load` semantics (document = `(title + " " + text).strip()`, as
 MTEB encodes it), adds all-MiniLM-L6-v2 with mean pooling (the checkpoint's own) and with CLS
 pooling, both in fp32 like the published run, syncs both, and runs `pgembed eval` on the 300
-test queries: exact search, indexed search at pgvector's default ef_search, and indexed search again after `pgembed tune`. Without a URL it
-uses a fresh embedded server under a temporary PGEMBED_HOME.
+test queries: exact search, indexed search at pgvector's default ef_search, and indexed search
+again after `pgembed tune`. Without a URL it uses a fresh embedded server under a temporary
+PGEMBED_HOME.
 """
 
 from __future__ import annotations
