@@ -86,3 +86,18 @@ def insert(conn: psycopg.Connection, spec: ModelSpec) -> None:
 
 def delete(conn: psycopg.Connection, name: str) -> None:
     conn.execute("DELETE FROM pgembed.models WHERE name = %s", (name,))
+
+
+def set_precision(
+    conn: psycopg.Connection,
+    name: str,
+    precision: str,
+    requested: str,
+    cosine: float | None,
+    note: str,
+) -> None:
+    conn.execute(
+        "UPDATE pgembed.models SET precision = %s, precision_requested = %s, "
+        "precision_cosine = %s, precision_note = %s WHERE name = %s",
+        (precision, requested, cosine, note, name),
+    )
