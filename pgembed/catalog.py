@@ -144,3 +144,18 @@ def record_version(conn: psycopg.Connection, spec: ModelSpec, name: str, active:
 
 def delete(conn: psycopg.Connection, name: str) -> None:
     conn.execute("DELETE FROM pgembed.models WHERE name = %s", (name,))
+
+
+def set_precision(
+    conn: psycopg.Connection,
+    name: str,
+    precision: str,
+    requested: str,
+    cosine: float | None,
+    note: str,
+) -> None:
+    conn.execute(
+        "UPDATE pgembed.models SET precision = %s, precision_requested = %s, "
+        "precision_cosine = %s, precision_note = %s WHERE name = %s",
+        (precision, requested, cosine, note, name),
+    )

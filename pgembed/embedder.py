@@ -117,7 +117,7 @@ class Embedder:
         return self._encode(_prefixed(self.settings.query_prefix, texts), batch_size).vectors
 
     def embed_documents(self, texts: list[str], batch_size: int | None = None) -> Encoded:
-        """Vectors and the untruncated word-piece counts of the texts, from one tokenisation."""
+        """Vectors with the texts' untruncated word-piece counts (to flag truncated rows)."""
         return self._encode(_prefixed(self.settings.document_prefix, texts), batch_size)
 
     def token_counts(self, texts: list[str]) -> list[int]:
@@ -165,7 +165,8 @@ def _token_counter(tokenizer: Any) -> Callable[[list[str]], list[int]]:
     counter = Tokenizer.from_str(backend.to_str())
     counter.no_truncation()
     counter.no_padding()
-    return lambda texts: [len(e) for e in counter.encode_batch_fast(texts)] if texts else []
+    encode = getattr(counter, "encode_batch_fast", counter.encode_batch)  # fast: no offsets
+    return lambda texts: [len(e) for e in encode(texts)] if texts else []
 
 
 _cache: dict[Settings, Embedder] = {}

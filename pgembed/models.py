@@ -132,6 +132,17 @@ def settings_of(spec: ModelSpec, device: str = "cpu") -> embedder.Settings:
     )
 
 
+def precision_for(conn: psycopg.Connection, spec: ModelSpec, requested: str) -> precision.Choice:
+    """The precision `requested` resolves to for an existing model, checked on its table's texts
+    (for `model alter`; store it with catalog.set_precision). Vectors already written stay:
+    an accepted precision agrees with fp32 to a cosine of 0.999."""
+    return precision.choose(
+        replace(settings_of(spec), device=hardware.resolve_device("auto")),
+        requested,
+        precision.sample_texts(conn, spec.table_schema, spec.table_name, spec.text_column),
+    )
+
+
 def runtime_settings(spec: ModelSpec, device: str = "cpu") -> embedder.Settings:
     """What a sync worker encodes this model with on `device` (a GPU's 16-bit type is checked)."""
     return precision.checked(settings_of(spec, device))

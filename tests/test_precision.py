@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from helpers import cli
-from pgembed import arithmetic, embedder, hardware, models, precision, worker
+from pgembed import arithmetic, catalog, embedder, hardware, models, precision, worker
 from pgembed.errors import ConfigError, ModelLoadError, UsageError
 
 MINILM = embedder.Settings("all-MiniLM-L6-v2")
@@ -178,3 +178,24 @@ def test_int8_is_cpu_only_and_unknown_precisions_are_refused() -> None:
         arithmetic.apply(object(), "int8", "cuda")
     with pytest.raises(ModelLoadError, match="unknown precision 'fp8'"):
         arithmetic.apply(object(), "fp8", "cpu")
+
+
+def test_precision_for_an_existing_model_is_checked_and_stored(
+    reviews: psycopg.Connection,
+) -> None:
+    """The building block of `model alter --precision`."""
+    spec = models.add(reviews, models.AddRequest("minilm", "reviews", "body", precision="fp32"))[0]
+    assert (spec.precision, spec.precision_cosine) == ("fp32", None)
+    rejected = models.precision_for(reviews, spec, "int8")
+    assert rejected.precision == "fp32" and rejected.cosine is not None
+    assert rejected.cosine < precision.MIN_COSINE
+    accepted = models.precision_for(reviews, spec, "bf16")
+    assert accepted.precision == "bf16" and accepted.cosine is not None
+    assert accepted.cosine >= precision.MIN_COSINE
+    catalog.set_precision(
+        reviews, "minilm", accepted.precision, accepted.requested, accepted.cosine, accepted.note
+    )
+    altered = catalog.get(reviews, "minilm")
+    assert (altered.precision, altered.precision_requested) == ("bf16", "bf16")
+    assert altered.precision_note == accepted.note
+    assert models.settings_of(altered).precision == "bf16"
