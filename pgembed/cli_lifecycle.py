@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from tqdm import tqdm
 
-from . import catalog, ddl, evaluate, indexbuild, loader, reindex, tune
+from . import catalog, ddl, evaluate, indexbuild, loader, models, precision, reindex, tune
 from .catalog import ModelSpec
 from .errors import UsageError
 from .progress import progress_bar
@@ -92,6 +92,12 @@ def _run_options(kw: dict[str, Any]) -> reindex.Options:
 @click.option("--normalize/--no-normalize", default=None, help="L2-normalise vectors (or not).")
 @click.option("--query-prefix", help="Text put before every query.")
 @click.option("--document-prefix", help="Text put before every embedded row.")
+@click.option(
+    "--precision",
+    "precision_",
+    type=click.Choice(precision.REQUESTS),
+    help="auto, fp32, bf16 or int8; checked against fp32. Alone it changes no vector: no reindex.",
+)
 @_hnsw_options
 @click.option(
     "--no-wait", is_flag=True, help="Only register the new version; `pgembed reindex` finishes it."
@@ -109,13 +115,19 @@ def model_alter(app: App, /, name: str, no_wait: bool, **kw: Any) -> None:
         document_prefix=kw["document_prefix"],
         hnsw_m=kw["m"],
         hnsw_ef_construction=kw["ef_construction"],
+        precision=kw["precision_"],
     )
     with app.connect() as conn:
+        if change.precision_only():
+            spec = models.alter_precision(conn, name, kw["precision_"])
+            click.echo(f"model {name}: precision {spec.precision}: {spec.precision_note}")
+            return
         shadow, queued = reindex.begin(conn, name, change)
     click.echo(
         f"model {name}: version {shadow.version} ({_describe(shadow)}) registered as "
         f"{shadow.name}; {queued} rows queued"
     )
+    click.echo(f"precision {shadow.precision}: {shadow.precision_note}")
     if not no_wait:
         _run_reindex(app, name, _run_options(kw))
 
@@ -195,7 +207,9 @@ def _rebuild_index(app: App, name: str, kw: dict[str, Any]) -> None:
 
 
 def _describe(spec: ModelSpec) -> str:
-    return f"{spec.model_ref}, {spec.pooling} pooling, {spec.dimensions} dimensions"
+    return (
+        f"{spec.model_ref}, {spec.pooling} pooling, {spec.dimensions} dimensions, {spec.precision}"
+    )
 
 
 @contextmanager

@@ -133,14 +133,46 @@ def settings_of(spec: ModelSpec, device: str = "cpu") -> embedder.Settings:
 
 
 def precision_for(conn: psycopg.Connection, spec: ModelSpec, requested: str) -> precision.Choice:
-    """The precision `requested` resolves to for an existing model, checked on its table's texts
-    (for `model alter`; store it with catalog.set_precision). Vectors already written stay:
-    an accepted precision agrees with fp32 to a cosine of 0.999."""
+    """The precision `requested` resolves to for `spec`'s settings, checked on its table's texts."""
     return precision.choose(
         replace(settings_of(spec), device=hardware.resolve_device("auto")),
         requested,
         precision.sample_texts(conn, spec.table_schema, spec.table_name, spec.text_column),
     )
+
+
+def with_precision(conn: psycopg.Connection, spec: ModelSpec, requested: str) -> ModelSpec:
+    """`spec` with the precision `requested` resolves to for its (possibly new) settings."""
+    choice = precision_for(conn, spec, requested)
+    return replace(
+        spec,
+        precision=choice.precision,
+        precision_requested=choice.requested,
+        precision_cosine=choice.cosine,
+        precision_note=choice.note,
+    )
+
+
+def alter_precision(conn: psycopg.Connection, name: str, requested: str) -> ModelSpec:
+    """Change a live model's precision in place, without a reindex.
+
+    Vectors already written stay: a precision is accepted only if it agrees with fp32 to a mean
+    cosine of 0.999, so old and new vectors share one space. Running workers see the change at
+    their next write-back (the catalog row differs), hand that batch back and reread the catalog.
+    """
+    spec = catalog.get(conn, name)
+    if spec.shadow_of is not None:
+        raise UsageError(f"{name!r} is the reindex shadow of {spec.shadow_of!r}: alter that model")
+    altered = with_precision(conn, spec, requested)
+    catalog.set_precision(
+        conn,
+        name,
+        altered.precision,
+        altered.precision_requested,
+        altered.precision_cosine,
+        altered.precision_note,
+    )
+    return altered
 
 
 def runtime_settings(spec: ModelSpec, device: str = "cpu") -> embedder.Settings:

@@ -49,6 +49,11 @@ class Change:
     document_prefix: str | None = None
     hnsw_m: int | None = None
     hnsw_ef_construction: int | None = None
+    precision: str | None = None  # None: the model's requested precision, checked again
+
+    def precision_only(self) -> bool:
+        """Only the precision changes: no reindex (see models.alter_precision)."""
+        return self.precision is not None and replace(self, precision=None) == Change()
 
 
 def _pick(new: T | None, current: T) -> T:
@@ -109,7 +114,12 @@ def begin(conn: psycopg.Connection, name: str, change: Change | None) -> tuple[M
             f"model {name!r} already has a reindex to version {running.version} in progress: "
             f"run `pgembed reindex {name}` to finish it or `pgembed reindex {name} --abort`"
         )
-    shadow = new_version(spec, change or Change())
+    wanted = change or Change()
+    # The precision is checked again for the new settings: a precision one checkpoint keeps to
+    # 0.999 of fp32 another may not.
+    shadow = models.with_precision(
+        conn, new_version(spec, wanted), _pick(wanted.precision, spec.precision_requested)
+    )
     if change is not None and _unchanged(spec, shadow):
         raise UsageError(
             f"model {name!r} already has these settings (`pgembed reindex {name}` re-embeds anyway)"

@@ -37,7 +37,9 @@ UPDATE pgembed.models SET
     model_ref = %(model_ref)s, model_revision = %(model_revision)s, pooling = %(pooling)s,
     normalize = %(normalize)s, dimensions = %(dimensions)s, max_seq_length = %(max_seq_length)s,
     query_prefix = %(query_prefix)s, document_prefix = %(document_prefix)s,
-    hnsw_m = %(hnsw_m)s, hnsw_ef_construction = %(hnsw_ef_construction)s, version = %(version)s
+    hnsw_m = %(hnsw_m)s, hnsw_ef_construction = %(hnsw_ef_construction)s, version = %(version)s,
+    precision = %(precision)s, precision_requested = %(precision_requested)s,
+    precision_cosine = %(precision_cosine)s, precision_note = %(precision_note)s
 WHERE name = %(name)s
 """
 # The shadow's queue, failures and truncation marks become the model's; the old version's go.

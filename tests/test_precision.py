@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,18 @@ import psycopg
 import pytest
 
 from helpers import cli
-from pgembed import arithmetic, catalog, embedder, hardware, models, precision, worker
+from pgembed import (
+    arithmetic,
+    batch,
+    catalog,
+    db,
+    embedder,
+    hardware,
+    models,
+    precision,
+    reindex,
+    worker,
+)
 from pgembed.errors import ConfigError, ModelLoadError, UsageError
 
 MINILM = embedder.Settings("all-MiniLM-L6-v2")
@@ -180,22 +192,87 @@ def test_int8_is_cpu_only_and_unknown_precisions_are_refused() -> None:
         arithmetic.apply(object(), "fp8", "cpu")
 
 
-def test_precision_for_an_existing_model_is_checked_and_stored(
-    reviews: psycopg.Connection,
-) -> None:
-    """The building block of `model alter --precision`."""
-    spec = models.add(reviews, models.AddRequest("minilm", "reviews", "body", precision="fp32"))[0]
-    assert (spec.precision, spec.precision_cosine) == ("fp32", None)
-    rejected = models.precision_for(reviews, spec, "int8")
-    assert rejected.precision == "fp32" and rejected.cosine is not None
-    assert rejected.cosine < precision.MIN_COSINE
-    accepted = models.precision_for(reviews, spec, "bf16")
-    assert accepted.precision == "bf16" and accepted.cosine is not None
-    assert accepted.cosine >= precision.MIN_COSINE
-    catalog.set_precision(
-        reviews, "minilm", accepted.precision, accepted.requested, accepted.cosine, accepted.note
+def stored_vectors(conn: psycopg.Connection) -> dict[int, np.ndarray]:
+    rows = conn.execute(
+        "SELECT id, embedding_minilm FROM reviews WHERE embedding_minilm IS NOT NULL"
     )
-    altered = catalog.get(reviews, "minilm")
-    assert (altered.precision, altered.precision_requested) == ("bf16", "bf16")
-    assert altered.precision_note == accepted.note
-    assert models.settings_of(altered).precision == "bf16"
+    return {key: vec.to_numpy() for key, vec in rows}
+
+
+def test_alter_precision_alone_changes_the_model_in_place(
+    reviews: psycopg.Connection, db_url: str
+) -> None:
+    """No reindex: an accepted precision agrees with fp32, so the vectors already written stay."""
+    spec = models.add(reviews, models.AddRequest("minilm", "reviews", "body", precision="fp32"))[0]
+    worker.Worker(db_url, worker.Options(once=True)).run()
+    before = stored_vectors(reviews)
+    url = ("--database-url", db_url)
+
+    altered = cli(*url, "model", "alter", "minilm", "--precision", "bf16")
+    assert altered.exit_code == 0, altered.output
+    assert "model minilm: precision bf16: bf16 accepted: mean cosine" in altered.output
+    now = catalog.get(reviews, "minilm")
+    assert (now.precision, now.precision_requested, now.version) == ("bf16", "bf16", spec.version)
+    assert now.precision_cosine is not None and now.precision_cosine >= precision.MIN_COSINE
+    assert catalog.shadow(reviews, "minilm") is None  # nothing to reindex
+    assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+    after = stored_vectors(reviews)
+    assert sorted(after) == sorted(before)
+    assert all(np.array_equal(after[k], before[k]) for k in before)
+
+    # A worker still holding the fp32 spec hands its batch back instead of writing fp32 vectors...
+    reviews.execute("UPDATE reviews SET body = 'Arrived broken, refund took a month.' WHERE id = 1")
+    with db.connection(db_url) as wconn, pytest.raises(batch.ModelChanged):
+        batch.run_batch(wconn, spec, batch.BatchConfig("stale", 64, 60, 5))
+    # ...and a worker reading the catalog now writes bf16 ones.
+    worker.Worker(db_url, worker.Options(once=True)).run()
+    bf16 = embedder.get(models.settings_of(now)).encode_documents(
+        ["Arrived broken, refund took a month."]
+    )
+    np.testing.assert_allclose(stored_vectors(reviews)[1], bf16[0], atol=2e-3)
+
+    # A precision that does not agree falls back to fp32, says why, and status shows it.
+    rejected = cli(*url, "model", "alter", "minilm", "--precision", "int8")
+    assert rejected.exit_code == 0, rejected.output
+    assert "model minilm: precision fp32: int8 rejected" in rejected.output
+    (status,) = json.loads(cli(*url, "status", "--json").output)
+    assert (status["precision"], status["precision_requested"]) == ("fp32", "int8")
+    assert status["precision_note"].startswith("int8 rejected")
+
+    bad = cli(*url, "model", "alter", "minilm", "--precision", "fp64")
+    assert bad.exit_code == 2 and "fp64" in bad.output
+    missing = cli(*url, "model", "alter", "nosuch", "--precision", "fp32")
+    assert missing.exit_code == 1 and "nosuch" in missing.output
+
+
+def test_alter_with_other_settings_checks_the_precision_for_the_new_version(
+    reviews: psycopg.Connection, db_url: str
+) -> None:
+    models.add(reviews, models.AddRequest("minilm", "reviews", "body", precision="int8"))
+    worker.Worker(db_url, worker.Options(once=True)).run()
+    old = catalog.get(reviews, "minilm")
+    # The requested precision goes with the new version and is measured again for its settings.
+    shadow, _ = reindex.begin(reviews, "minilm", reindex.Change(pooling="cls"))
+    assert (shadow.precision, shadow.precision_requested) == ("fp32", "int8")
+    texts = precision.sample_texts(reviews, "public", "reviews", "body")
+    cls = replace(models.settings_of(shadow), precision="fp32")
+    want, _ = precision.agreement(cls, "int8", texts)
+    assert shadow.precision_cosine == pytest.approx(want, abs=1e-6)
+    assert shadow.precision_cosine != old.precision_cosine
+    reindex.abort(reviews, "minilm")
+
+    result = cli(
+        "--database-url", db_url, "model", "alter", "minilm", "--pooling", "cls",
+        "--precision", "bf16",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "precision bf16: bf16 accepted" in result.output
+    live = catalog.get(reviews, "minilm")
+    assert (live.pooling, live.precision, live.precision_requested) == ("cls", "bf16", "bf16")
+    assert live.version == old.version + 1
+    bodies = dict(reviews.execute("SELECT id, body FROM reviews").fetchall())
+    want_vectors = embedder.get(models.settings_of(live)).encode_documents(
+        [bodies[k] for k in sorted(bodies)]
+    )
+    got = stored_vectors(reviews)
+    np.testing.assert_allclose(np.stack([got[k] for k in sorted(bodies)]), want_vectors, atol=2e-3)
