@@ -160,10 +160,19 @@ def test_where_matching_2_percent_still_returns_k(items_session: Session) -> Non
     assert "Index Scan using pgembed_minilm_hnsw on items" in explain(items_session, *search)
     items_session.commit()
     # The settings lasted only for that transaction; a caller's own setting wins.
-    assert items_session.execute(sa.text("SHOW hnsw.iterative_scan")).scalar() == "off"
-    items_session.execute(sa.text("SET LOCAL hnsw.iterative_scan = off"))
-    few = orm.nearest(items_session, Item, "minilm", "x", k=10, where=Item.bucket == "rare")
-    assert len(few) < 10
+    show = sa.text("SHOW hnsw.iterative_scan")
+    assert items_session.execute(show).scalar() == "off"
+    items_session.execute(sa.text("SET LOCAL hnsw.iterative_scan = strict_order"))
+    again = orm.nearest(items_session, Item, "minilm", "x", k=10, where=Item.bucket == "rare")
+    assert len(again) == 10 and items_session.execute(show).scalar() == "strict_order"
+    items_session.commit()
+    # Without pgembed's settings, the plain statement runs the index dry early.
+    plain = sa.select(Item.id).where(Item.bucket == "rare")
+    vector = items_session.execute(sa.select(Item.embedding_minilm).where(Item.id == 0)).scalar()
+    few = items_session.execute(
+        plain.order_by(Item.embedding_minilm.cosine_distance(vector)).limit(10)
+    )
+    assert len(few.all()) < 10
 
 
 def test_orm_errors(session: Session) -> None:

@@ -99,7 +99,9 @@ def test_explain_shows_the_hnsw_index(items: psycopg.Connection) -> None:
         items.execute("SELECT * FROM pgembed.similar('minilm', '5', 10)")
     helper_plans = [p for p in found if "WITH hits AS MATERIALIZED" in p]
     assert len(helper_plans) == 2
-    assert all("Index Scan using pgembed_minilm_hnsw on items t" in p for p in helper_plans)
+    assert all("Index Scan using pgembed_minilm_hnsw on items t" in p for p in helper_plans), (
+        "\n".join(helper_plans)
+    )
 
 
 def test_filter_matching_2_percent_returns_k_rows(items: psycopg.Connection) -> None:
@@ -118,39 +120,63 @@ def test_filter_matching_2_percent_returns_k_rows(items: psycopg.Connection) -> 
         items, "SELECT key FROM pgembed.similar('minilm', '0', 10, %s)", json.dumps(rare)
     )
     assert len(similar) == 10 and ("0",) not in similar
-    # Without the iterative scan (the caller's own setting wins) the index runs dry early.
-    items.execute("SET hnsw.iterative_scan = off")
-    assert len(rows(items, statement, q, json.dumps(rare))) < 10
+    # Plain SQL without iterative scans (pgvector's default) runs the index dry early.
+    plain = "SELECT id FROM items WHERE bucket = 'rare' ORDER BY embedding_minilm <=> %s LIMIT 10"
+    assert len(rows(items, plain, q)) < 10
 
 
 def test_ef_search_model_default_and_user_setting(items: psycopg.Connection) -> None:
     q = random_query()
+    # A row-level security policy that records the hnsw.ef_search the index scan runs with (RLS
+    # binds a non-superuser, hence the role).
+    role = f"pgembed_probe_{uuid.uuid4().hex[:8]}"
+    items.execute(
+        "CREATE FUNCTION probe() RETURNS boolean LANGUAGE sql VOLATILE AS $$ "
+        "SELECT set_config('probe.ef_search', current_setting('hnsw.ef_search'), false) "
+        "IS NOT NULL $$"
+    )
+    items.execute("ALTER TABLE items ENABLE ROW LEVEL SECURITY")
+    items.execute("CREATE POLICY probe ON items FOR SELECT USING (probe())")
+    items.execute(f"CREATE ROLE {role}")
+    items.execute(f"GRANT USAGE ON SCHEMA pgembed TO {role}")
+    items.execute(f"GRANT SELECT ON items, pgembed.models TO {role}")
+    items.execute(f"SET ROLE {role}")
 
-    def count() -> int:
+    def searched() -> tuple[int, str]:
         row = items.execute("SELECT count(*) FROM pgembed.search('minilm', %s, 100)", (q,))
-        return int((row.fetchone() or (0,))[0])
+        seen = items.execute("SELECT current_setting('probe.ef_search')").fetchone()
+        return int((row.fetchone() or (0,))[0]), str((seen or ("",))[0])
 
-    # On the HNSW path without iterative scans pgvector returns at most ef_search rows, which
-    # makes the setting visible. (Left alone, the planner may prefer a seq scan for k > ef_search.)
-    items.execute("SET enable_seqscan = off")
-    assert count() == 100  # iterative scans go past ef_search
-    items.execute("SET hnsw.iterative_scan = off")
-    assert count() == 40  # pgvector's default
-    items.execute("UPDATE pgembed.models SET ef_search = 60 WHERE name = 'minilm'")
-    assert count() == 60  # the model's default (`pgembed tune` sets it)
-    items.execute("SET hnsw.ef_search = 70")
-    assert count() == 70  # the user's SET wins
-    with items.transaction():
-        items.execute("SET LOCAL hnsw.ef_search = 30")
-        assert count() == 30
-        # The helper's own settings end with it: the caller's stay as they were.
-        assert items.execute("SHOW hnsw.ef_search").fetchone() == ("30",)
-        assert items.execute("SHOW hnsw.iterative_scan").fetchone() == ("off",)
-    items.execute("RESET hnsw.ef_search")
-    items.execute("RESET hnsw.iterative_scan")
-    assert count() == 100
-    assert items.execute("SHOW hnsw.ef_search").fetchone() == ("40",)
-    assert items.execute("SHOW hnsw.iterative_scan").fetchone() == ("off",)
+    try:
+        assert searched() == (100, "40")  # iterative scans go past ef_search; pgvector's default
+        items.execute("RESET ROLE")
+        items.execute("UPDATE pgembed.models SET ef_search = 60 WHERE name = 'minilm'")
+        items.execute(f"SET ROLE {role}")
+        assert searched() == (100, "60")  # the model's default (`pgembed tune` sets it)
+        items.execute("SET hnsw.ef_search = 70")
+        assert searched() == (100, "70")  # the user's SET wins
+        with items.transaction():
+            items.execute("SET LOCAL hnsw.ef_search = 30")
+            items.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+            assert searched() == (100, "30")
+            # The helper's own settings end with it: the caller's stay as they were.
+            assert items.execute("SHOW hnsw.ef_search").fetchone() == ("30",)
+            assert items.execute("SHOW hnsw.iterative_scan").fetchone() == ("strict_order",)
+        # pgvector's built-in values cannot be told from unset ones: they mean "pgembed's choice".
+        items.execute("SET hnsw.ef_search = 40")
+        items.execute("SET hnsw.iterative_scan = off")
+        assert searched() == (100, "60")
+        for setting, value in [
+            ("hnsw.ef_search", "40"),
+            ("hnsw.iterative_scan", "off"),
+            ("plan_cache_mode", "auto"),
+            ("enable_seqscan", "on"),
+        ]:
+            assert items.execute(f"SHOW {setting}").fetchone() == (value,)
+    finally:
+        items.execute("RESET ROLE")
+        items.execute(f"DROP OWNED BY {role}")
+        items.execute(f"DROP ROLE {role}")
 
 
 FILTERS: list[tuple[dict[str, Any], str]] = [

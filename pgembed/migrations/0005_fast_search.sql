@@ -1,0 +1,126 @@
+-- pgembed 0005: pgembed.search at the cost of the raw statement.
+-- Two costs dominated a call of 0002's helper: reading pg_settings (it builds every setting's
+-- row, ~1 ms) to tell the caller's hnsw.* settings from the defaults, and planning the dynamic
+-- query anew on every call. Now a setting counts as the caller's when its value differs from
+-- pgvector's built-in one (or from the value pgembed itself SET LOCAL for the ORM), and
+-- pgembed.search is generated from the catalog with one static, plan-cached query per model,
+-- rebuilt by a trigger whenever the models that decide that query change. Searches with a filter,
+-- and every error, still take 0002's dynamic path.
+
+-- Whether the caller chose `knob`: its value is neither pgvector's built-in one nor the one
+-- pgembed SET LOCAL for an ORM statement (remembered in pgembed.applied_*).
+CREATE FUNCTION pgembed._own_setting_v1(knob text, builtin text) RETURNS boolean
+LANGUAGE sql STABLE AS $fn$
+    SELECT current_setting(knob, true) IS DISTINCT FROM builtin
+       AND current_setting(knob, true) IS DISTINCT FROM
+           current_setting('pgembed.applied_' || replace(knob, '.', '_'), true)
+$fn$;
+
+-- {hnsw.ef_search, hnsw.iterative_scan} for a search with this model: the caller's own values,
+-- else the model's ef_search (NULL: leave pgvector's) and relaxed iterative scans.
+CREATE OR REPLACE FUNCTION pgembed._settings_v1(model text) RETURNS text[]
+LANGUAGE sql STABLE AS $fn$
+    SELECT ARRAY[
+        CASE WHEN pgembed._own_setting_v1('hnsw.ef_search', '40')
+             THEN current_setting('hnsw.ef_search', true)
+             ELSE (SELECT m.ef_search::text FROM pgembed.models m WHERE m.name = model) END,
+        CASE WHEN pgembed._own_setting_v1('hnsw.iterative_scan', 'off')
+             THEN current_setting('hnsw.iterative_scan', true)
+             ELSE 'relaxed_order' END]
+$fn$;
+
+DROP FUNCTION pgembed._setting_v1(text, text, text[]);
+
+-- Rebuild pgembed.search from the catalog. Each model gets a branch whose query names its table
+-- and columns (quoted with %I), so PL/pgSQL prepares it once per session; plan_cache_mode keeps
+-- that one generic plan instead of replanning for every query vector.
+-- SECURITY DEFINER so that whoever may change pgembed.models (e.g. `pgembed tune`) can rebuild the
+-- function its owner created; the search itself stays SECURITY INVOKER.
+CREATE FUNCTION pgembed._compile_search_v1() RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    m pgembed.models;
+    branches text := '';
+    vector_type text;
+BEGIN
+    -- Concurrent rebuilds would fail with "tuple concurrently updated": one at a time.
+    PERFORM pg_advisory_xact_lock(hashtext('pgembed._compile_search_v1'));
+    SELECT format('%I.vector', n.nspname) INTO vector_type
+    FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector';
+    FOR m IN SELECT * FROM pgembed.models ORDER BY name LOOP
+        branches := branches || format($branch$
+    WHEN %1$L THEN
+        IF vector_dims(query) <> %2$s THEN  -- the dynamic path raises the error
+            RETURN QUERY SELECT * FROM pgembed._nearest_v1(
+                model, query, k, NULL, NULL, pgembed._settings_v1(model));
+            RETURN;
+        END IF;%3$s
+        RETURN QUERY
+            WITH hits AS MATERIALIZED (
+                SELECT t.%4$I::text AS key, t.%5$I <=> query AS distance
+                FROM %6$I.%7$I t
+                WHERE t.%5$I IS NOT NULL
+                ORDER BY t.%5$I <=> query
+                LIMIT k)
+            SELECT hits.key, 1 - hits.distance FROM hits ORDER BY hits.distance;$branch$,
+            m.name, m.dimensions,
+            CASE WHEN m.ef_search IS NOT NULL THEN format($set$
+        IF NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
+            PERFORM set_config('hnsw.ef_search', %L, true);
+        END IF;$set$, m.ef_search)
+            ELSE '' END,
+            m.key_column, m.embedding_column, m.table_schema, m.table_name);
+    END LOOP;
+    IF branches = '' THEN  -- PL/pgSQL's CASE needs a WHEN
+        branches := E'\n    WHEN NULL THEN NULL;';
+    END IF;
+    -- The body is a %L literal, not dollar-quoted text: an identifier cannot end it early.
+    EXECUTE format(
+        'CREATE OR REPLACE FUNCTION pgembed.search('
+        'model text, query %s, k integer DEFAULT 10, filter jsonb DEFAULT NULL) '
+        'RETURNS TABLE (key text, similarity double precision) LANGUAGE plpgsql '
+        -- One generic plan per session (the SET clause also ends every SET LOCAL made inside
+        -- the function with it).
+        'SET plan_cache_mode = force_generic_plan AS %L',
+        vector_type, format($body$
+BEGIN
+    IF (filter IS NOT NULL AND jsonb_typeof(filter) <> 'null') OR k IS NULL OR k < 1
+       OR query IS NULL THEN
+        RETURN QUERY SELECT * FROM pgembed._nearest_v1(
+            model, query, k, filter, NULL, pgembed._settings_v1(model));
+        RETURN;
+    END IF;
+    -- A generic plan reads `LIMIT k` as 10 %% of the table, for which it would rather sort the
+    -- whole table than walk the index: make that one plan the index scan.
+    PERFORM set_config('enable_seqscan', 'off', true);
+    IF NOT pgembed._own_setting_v1('hnsw.iterative_scan', 'off') THEN
+        PERFORM set_config('hnsw.iterative_scan', 'relaxed_order', true);
+    END IF;
+    CASE model%s
+    ELSE  -- not a model: the dynamic path says so
+        RETURN QUERY SELECT * FROM pgembed._nearest_v1(
+            model, query, k, NULL, NULL, pgembed._settings_v1(model));
+    END CASE;
+END
+$body$, branches));
+END
+$fn$;
+
+CREATE FUNCTION pgembed._recompile_search_v1() RETURNS trigger
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM pgembed._compile_search_v1();
+    RETURN NULL;
+END
+$fn$;
+
+-- Every change to what the generated queries read: a model added, removed, renamed, switched to
+-- a new version (dimensions, column), or given an ef_search by `pgembed tune`.
+CREATE TRIGGER recompile_search
+AFTER INSERT OR DELETE OR UPDATE OF name, table_schema, table_name, key_column, embedding_column,
+    dimensions, ef_search
+ON pgembed.models FOR EACH STATEMENT EXECUTE FUNCTION pgembed._recompile_search_v1();
+CREATE TRIGGER recompile_search_truncate
+AFTER TRUNCATE ON pgembed.models FOR EACH STATEMENT EXECUTE FUNCTION pgembed._recompile_search_v1();
+
+SELECT pgembed._compile_search_v1();
