@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from pgvector.psycopg import register_vector
+from psycopg import sql
 
 from bench.env import Database, create_reviews, median, timed
-from pgembed import embedder, models, worker
+from pgembed import ddl, embedder, models, worker
 from pgembed.catalog import ModelSpec
-from pgembed.ddl import enqueue_existing
 
 # all-MiniLM-L6-v2: 6 layers x (4*384*384 + 2*384*1536) multiply-adds = 21.2 MFLOP per token.
 FLOP_PER_TOKEN = 21.2e6
@@ -20,7 +20,9 @@ FLOP_PER_TOKEN = 21.2e6
 @dataclass(frozen=True)
 class Throughput:
     naive_rows_per_s: float
+    naive_indexed_rows_per_s: float  # a, on a column with the HNSW index pgembed maintains
     sync_rows_per_s: float
+    sync_unindexed_rows_per_s: float  # b without that index: what the index costs b
     encode_rows_per_s: float
     mean_tokens: float
     precision: str
@@ -28,22 +30,28 @@ class Throughput:
     ceiling_rows_per_s: float
 
 
-def naive_pipeline(database: Database, texts: list[str], repeats: int) -> float:
-    """What a user writes by hand: SentenceTransformer fp32 encode + executemany UPDATE."""
+def naive_pipeline(database: Database, texts: list[str], repeats: int, indexed: bool) -> float:
+    """What a user writes by hand: SentenceTransformer fp32 encode + executemany UPDATE.
+
+    `indexed`: the column has the HNSW index a searchable column needs (pgembed keeps one).
+    """
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(embedder.resolve("all-MiniLM-L6-v2"), device="cpu")
     conn = database.connect()
-    create_reviews(conn, texts, "naive")
-    conn.execute("ALTER TABLE naive ADD COLUMN embedding vector(384)")
+    table = "naive_indexed" if indexed else "naive"
+    create_reviews(conn, texts, table)
+    conn.execute(f"ALTER TABLE {table} ADD COLUMN embedding vector(384)")
+    if indexed:
+        conn.execute(f"CREATE INDEX ON {table} USING hnsw (embedding vector_cosine_ops)")
     register_vector(conn)
 
     def run() -> None:
-        rows = conn.execute("SELECT id, body FROM naive").fetchall()
+        rows = conn.execute(f"SELECT id, body FROM {table}").fetchall()
         vectors = model.encode([body for _, body in rows], batch_size=32)
         with conn.cursor() as cur:
             cur.executemany(
-                "UPDATE naive SET embedding = %s WHERE id = %s",
+                f"UPDATE {table} SET embedding = %s WHERE id = %s",
                 [(vec, key) for (key, _), vec in zip(rows, vectors, strict=True)],
             )
 
@@ -67,12 +75,26 @@ def pgembed_sync(database: Database, texts: list[str], repeats: int) -> tuple[fl
     for i in range(repeats):
         if i:
             conn.execute("UPDATE reviews SET embedding_minilm = NULL")
-            enqueue_existing(conn, spec)
+            ddl.enqueue_existing(conn, spec)
         seconds.append(timed(run))
     written = conn.execute("SELECT count(embedding_minilm) FROM reviews").fetchone()
     assert written == (len(texts),), f"sync wrote {written} of {len(texts)} rows"
     conn.close()
     return len(texts) / median(seconds), spec
+
+
+def sync_without_index(database: Database, spec: ModelSpec, repeats: int, rows: int) -> float:
+    """b again with the model's HNSW index dropped (put back afterwards, for g)."""
+    conn = database.connect()
+    conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(ddl.index_name(spec))))
+    seconds = []
+    for _ in range(repeats):
+        conn.execute("UPDATE reviews SET embedding_minilm = NULL")
+        ddl.enqueue_existing(conn, spec)
+        seconds.append(timed(worker.Worker(database.url, worker.Options(once=True)).run))
+    ddl.create_index(conn, spec)
+    conn.close()
+    return rows / median(seconds)
 
 
 def bare_encode(spec: ModelSpec, texts: list[str], repeats: int) -> float:
@@ -96,11 +118,15 @@ def matmul_gflops(dtype: torch.dtype, size: int = 1536, repeats: int = 20) -> fl
 
 
 def measure(database: Database, texts: list[str], repeats: int) -> Throughput:
-    naive = naive_pipeline(database, texts, repeats)
+    naive = naive_pipeline(database, texts, repeats, indexed=False)
+    naive_indexed = naive_pipeline(database, texts, repeats, indexed=True)
     sync, spec = pgembed_sync(database, texts, repeats)
+    unindexed = sync_without_index(database, spec, repeats, len(texts))
     encode = bare_encode(spec, texts, repeats)
     tokens = mean_tokens(spec, texts)
     precision = str(getattr(spec, "precision", "fp32"))
     peak = matmul_gflops(torch.bfloat16 if precision == "bf16" else torch.float32)
     ceiling = peak * 1e9 / (FLOP_PER_TOKEN * tokens)
-    return Throughput(naive, sync, encode, tokens, precision, peak, ceiling)
+    return Throughput(
+        naive, naive_indexed, sync, unindexed, encode, tokens, precision, peak, ceiling
+    )

@@ -54,15 +54,19 @@ BEGIN
             RETURN QUERY SELECT * FROM pgembed._nearest_v1(
                 model, query, k, NULL, NULL, pgembed._settings_v1(model));
             RETURN;
-        END IF;%3$s
+        END IF;
+        -- Strict order: the index returns the rows nearest first, nothing to re-sort, and
+        -- still k rows when dead tuples or row-level security hide some of the first ef_search.
+        -- A generic plan reads `LIMIT k` as 10 %% of the table, for which it would rather sort
+        -- the whole table than walk the index: make that one plan the index scan.
+        PERFORM set_config('hnsw.iterative_scan', 'strict_order', true),
+                set_config('enable_seqscan', 'off', true);%3$s
         RETURN QUERY
-            WITH hits AS MATERIALIZED (
-                SELECT t.%4$I::text AS key, t.%5$I <=> query AS distance
-                FROM %6$I.%7$I t
-                WHERE t.%5$I IS NOT NULL
-                ORDER BY t.%5$I <=> query
-                LIMIT k)
-            SELECT hits.key, 1 - hits.distance FROM hits ORDER BY hits.distance;$branch$,
+            SELECT t.%4$I::text, 1 - (t.%5$I <=> query)
+            FROM %6$I.%7$I t
+            WHERE t.%5$I IS NOT NULL
+            ORDER BY t.%5$I <=> query
+            LIMIT k;$branch$,
             m.name, m.dimensions,
             CASE WHEN m.ef_search IS NOT NULL THEN format($set$
         IF NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
@@ -89,12 +93,6 @@ BEGIN
         RETURN QUERY SELECT * FROM pgembed._nearest_v1(
             model, query, k, filter, NULL, pgembed._settings_v1(model));
         RETURN;
-    END IF;
-    -- A generic plan reads `LIMIT k` as 10 %% of the table, for which it would rather sort the
-    -- whole table than walk the index: make that one plan the index scan.
-    PERFORM set_config('enable_seqscan', 'off', true);
-    IF NOT pgembed._own_setting_v1('hnsw.iterative_scan', 'off') THEN
-        PERFORM set_config('hnsw.iterative_scan', 'relaxed_order', true);
     END IF;
     CASE model%s
     ELSE  -- not a model: the dynamic path says so
