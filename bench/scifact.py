@@ -1,6 +1,7 @@
 """Retrieval quality on BEIR SciFact, next to the published MTEB score of all-MiniLM-L6-v2.
 
     python -m bench.scifact [--data ../shared/data/scifact] [--database-url URL] [--out FILE]
+                            [--precision fp32|bf16|int8] [--mean-only]
 
 Loads the corpus with `pgembed load` semantics (document = `(title + " " + text).strip()`, as
 MTEB encodes it), adds all-MiniLM-L6-v2 with mean pooling (the checkpoint's own) and with CLS
@@ -40,7 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, help="reuse this PGEMBED_HOME (e.g. a previous run's)")
     parser.add_argument("--out", type=Path, default=REPO / "bench/results/scifact.json")
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--precision",
+        default="fp32",
+        help="of both models (default fp32, as published); e.g. bf16 to check its quality",
+    )
+    parser.add_argument("--mean-only", action="store_true", help="skip the CLS-pooling model")
     args = parser.parse_args(argv)
+    chosen = MODELS[:1] if args.mean_only else MODELS
     url = args.database_url or _embedded_server(args.home)
 
     with db.connection(url) as conn:
@@ -55,16 +63,18 @@ def main(argv: list[str] | None = None) -> int:
             ),
         )
         timings["load_seconds"] = time.monotonic() - started
-        for name, pooling in MODELS:
+        for name, pooling in chosen:
             if not catalog.exists(conn, name):
-                models.add(
-                    conn, models.AddRequest(name, TABLE, "text", pooling=pooling, precision="fp32")
+                request = models.AddRequest(
+                    name, TABLE, "text", pooling=pooling, precision=args.precision
                 )
+                spec = models.add(conn, request)[0]
+                print(f"{name}: precision {spec.precision}: {spec.precision_note}", file=sys.stderr)
     print(f"corpus: {loaded.read} documents ({loaded.inserted} new)", file=sys.stderr)
 
     started = time.monotonic()
     options = worker.Options(
-        models=tuple(n for n, _ in MODELS), batch_size=args.batch_size, once=True
+        models=tuple(n for n, _ in chosen), batch_size=args.batch_size, once=True
     )
     stats = worker.Worker(url, options).run()
     timings["sync_seconds"] = time.monotonic() - started
@@ -74,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     qrels = evaluate.read_qrels(args.data / "qrels/test.tsv")
     results: dict[str, Any] = {}
     with db.connection(url) as conn:
-        for name, pooling in MODELS:
+        for name, pooling in chosen:
             results[name] = _evaluate(conn, name, pooling, queries, qrels)
+            results[name]["precision"] = catalog.get(conn, name).precision
     report = {
         "dataset": "BEIR SciFact, test split (300 queries, 5,183 documents)",
         "published": {"model": "sentence-transformers/all-MiniLM-L6-v2", "k": 10, **PUBLISHED},
