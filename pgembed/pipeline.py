@@ -43,6 +43,7 @@ class Pipeline:
         on_result: OnResult,
         on_io_idle: Callable[[], None] = lambda: None,
         on_model_changed: Callable[[ModelSpec], None] = lambda _spec: None,
+        interrupt: Callable[[], bool] = lambda: False,
     ) -> None:
         self._conn = conn  # used only by the I/O thread while run() runs
         self._busy = list(specs)
@@ -52,6 +53,7 @@ class Pipeline:
         self._on_result = on_result
         self._on_io_idle = on_io_idle  # e.g. a heartbeat, on the I/O thread after each write
         self._on_model_changed = on_model_changed
+        self._interrupt = interrupt  # checked once per batch: True ends the drain after it
         self._last_done = time.monotonic()
 
     def run(self) -> bool:
@@ -69,7 +71,8 @@ class Pipeline:
                     if self._stop.is_set():
                         io.submit(release, self._conn, claimed).result()
                         break
-                    upcoming = io.submit(self._fetch_next)  # the next batch, while this encodes
+                    if not self._interrupt():  # the next batch, claimed while this one encodes
+                        upcoming = io.submit(self._fetch_next)
                     result = embed(claimed, self._config)
                     self._collect(writing)
                     writing = io.submit(self._store, claimed, result)

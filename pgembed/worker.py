@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import psycopg
 
@@ -128,7 +129,7 @@ class Worker:
         self._heartbeat(conn, specs, force=True)
         self._started = True
         while not self.stop_event.is_set():
-            did_work = self.drain(conn, specs)
+            did_work = self.drain(conn, specs, partial(self._new_model_announced, listener, specs))
             self._heartbeat(conn, specs)
             if self._stale:  # a model was altered or reindexed under a batch: reread the catalog
                 self._stale = False
@@ -157,9 +158,14 @@ class Worker:
             embedder.get(models.runtime_settings(spec, self.options.device))
         return specs
 
-    def drain(self, conn: psycopg.Connection, specs: Sequence[ModelSpec]) -> bool:
-        """Batches of each model in turn, until every queue is empty or stop is asked; database
-        I/O overlaps encoding (see pipeline.py)."""
+    def drain(
+        self,
+        conn: psycopg.Connection,
+        specs: Sequence[ModelSpec],
+        interrupt: Callable[[], bool] = lambda: False,
+    ) -> bool:
+        """Batches of each model in turn, until every queue is empty, stop is asked or
+        `interrupt` says so; database I/O overlaps encoding (see pipeline.py)."""
         pipeline = Pipeline(
             conn,
             specs,
@@ -168,8 +174,23 @@ class Worker:
             on_result=self._count,
             on_io_idle=lambda: self._heartbeat(conn, specs),
             on_model_changed=self._model_changed,
+            interrupt=interrupt,
         )
         return pipeline.run()
+
+    def _new_model_announced(
+        self, listener: psycopg.Connection, specs: Sequence[ModelSpec]
+    ) -> bool:
+        """Whether a NOTIFY names a model this worker does not serve yet (added, or a reindex
+        shadow): then the drain pauses after its batch and the catalog is reread, so a long
+        backlog of one model does not keep a new one waiting."""
+        if self.options.models:
+            return False  # serves only the models it was given
+        known = {spec.name for spec in specs}
+        for note in listener.notifies(timeout=0):
+            if note.payload and note.payload not in known:
+                self._stale = True
+        return self._stale
 
     def _model_changed(self, spec: ModelSpec) -> None:
         """A model was altered or reindexed under a batch: reread the catalog before going on."""

@@ -175,3 +175,27 @@ def test_sigterm_mid_batch_finishes_the_batch_and_exits_zero(
     assert embedded_count(watched) >= 8
     assert embedded_count(watched) + (waiting[0] if waiting else 0) == 608
     assert watched.execute("SELECT count(*) FROM pgembed.workers").fetchone() == (0,)
+
+
+def test_a_model_added_while_a_backlog_drains_is_served_at_once(
+    watched: psycopg.Connection, db_url: str
+) -> None:
+    fill(watched, 1200)  # ~20 s of work for minilm at ~60 rows/s
+    proc = start_sync(db_url, "--batch-size", "16", "--poll-seconds", "30")
+    try:
+        wait_for(lambda: embedded_count(watched) > 0, 60, "the first batch")
+        watched.execute("CREATE TABLE notes (id integer PRIMARY KEY, body text)")
+        watched.execute("INSERT INTO notes VALUES (1, 'the battery is weak'), (2, 'fresh apples')")
+        models.add(watched, models.AddRequest("notes", "notes", "body", precision="fp32"))
+        # The daemon reads the new model's NOTIFY between two batches of the backlog, rereads
+        # the catalog and serves both, instead of finishing minilm's backlog first.
+        wait_for(
+            lambda: watched.execute("SELECT count(embedding_notes) FROM notes").fetchone() == (2,),
+            30,
+            "the new model's rows",
+        )
+        assert embedded_count(watched) < 1208  # minilm's backlog was not finished first
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
