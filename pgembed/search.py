@@ -174,8 +174,8 @@ def _hits(
     )
     with errors(), conn.transaction():
         if ef_search is not None:
-            # A setting of the caller's own: the helpers let it win over the model's default.
-            conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
+            # The helpers' override: wins over the model's default, even when it is pgvector's 40.
+            conn.execute("SELECT set_config('pgembed.ef_search', %s, true)", (str(ef_search),))
         return conn.execute(statement, params).fetchall()
 
 

@@ -164,6 +164,14 @@ def test_ef_search_model_default_and_user_setting(items: psycopg.Connection) -> 
         items.execute("SET hnsw.ef_search = 40")
         items.execute("SET hnsw.iterative_scan = off")
         assert searched() == (100, "60")
+        # pgembed.ef_search wins over everything, 40 included (`pgembed query --ef-search 40`).
+        items.execute("SET pgembed.ef_search = 40")
+        assert searched() == (100, "40")
+        filtered = "SELECT count(*) FROM pgembed.search('minilm', %s, 5, '{\"id\": {\"$gte\": 0}}')"
+        assert items.execute(filtered, (q,)).fetchone() == (5,)
+        seen = items.execute("SELECT current_setting('probe.ef_search')").fetchone()
+        assert seen == ("40",)  # the filtered (dynamic) path reads it too
+        items.execute("RESET pgembed.ef_search")
         for setting, value in [
             ("hnsw.ef_search", "40"),
             ("hnsw.iterative_scan", "off"),

@@ -16,12 +16,15 @@ LANGUAGE sql STABLE AS $fn$
            current_setting('pgembed.applied_' || replace(knob, '.', '_'), true)
 $fn$;
 
--- {hnsw.ef_search, hnsw.iterative_scan} for a search with this model: the caller's own values,
--- else the model's ef_search (NULL: leave pgvector's) and relaxed iterative scans.
+-- {hnsw.ef_search, hnsw.iterative_scan} for a search with this model: pgembed.ef_search when set
+-- (the way to ask for exactly 40, and what `pgembed query --ef-search` sets), else the caller's
+-- own values, else the model's ef_search (NULL: leave pgvector's) and relaxed iterative scans.
 CREATE OR REPLACE FUNCTION pgembed._settings_v1(model text) RETURNS text[]
 LANGUAGE sql STABLE AS $fn$
     SELECT ARRAY[
-        CASE WHEN pgembed._own_setting_v1('hnsw.ef_search', '40')
+        CASE WHEN nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL
+             THEN current_setting('pgembed.ef_search', true)
+             WHEN pgembed._own_setting_v1('hnsw.ef_search', '40')
              THEN current_setting('hnsw.ef_search', true)
              ELSE (SELECT m.ef_search::text FROM pgembed.models m WHERE m.name = model) END,
         CASE WHEN pgembed._own_setting_v1('hnsw.iterative_scan', 'off')
@@ -60,7 +63,10 @@ BEGIN
         -- A generic plan reads `LIMIT k` as 10 %% of the table, for which it would rather sort
         -- the whole table than walk the index: make that one plan the index scan.
         PERFORM set_config('hnsw.iterative_scan', 'strict_order', true),
-                set_config('enable_seqscan', 'off', true);%3$s
+                set_config('enable_seqscan', 'off', true);
+        IF nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL THEN
+            PERFORM set_config('hnsw.ef_search', current_setting('pgembed.ef_search'), true);%3$s
+        END IF;
         RETURN QUERY
             SELECT t.%4$I::text, 1 - (t.%5$I <=> query)
             FROM %6$I.%7$I t
@@ -69,9 +75,8 @@ BEGIN
             LIMIT k;$branch$,
             m.name, m.dimensions,
             CASE WHEN m.ef_search IS NOT NULL THEN format($set$
-        IF NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
-            PERFORM set_config('hnsw.ef_search', %L, true);
-        END IF;$set$, m.ef_search)
+        ELSIF NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
+            PERFORM set_config('hnsw.ef_search', %L, true);$set$, m.ef_search)
             ELSE '' END,
             m.key_column, m.embedding_column, m.table_schema, m.table_name);
     END LOOP;
