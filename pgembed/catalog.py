@@ -102,6 +102,7 @@ def same_space(a: ModelSpec, b: ModelSpec) -> bool:
         "max_seq_length",
         "document_prefix",
         "precision",
+        "precision_requested",  # on a GPU, `auto` means its 16-bit type (precision.on_device)
         "version",
     )
     return all(getattr(a, f) == getattr(b, f) for f in vector_fields)
@@ -146,16 +147,19 @@ def delete(conn: psycopg.Connection, name: str) -> None:
     conn.execute("DELETE FROM pgembed.models WHERE name = %s", (name,))
 
 
-def set_precision(
-    conn: psycopg.Connection,
-    name: str,
-    precision: str,
-    requested: str,
-    cosine: float | None,
-    note: str,
-) -> None:
-    conn.execute(
+def set_precision(conn: psycopg.Connection, spec: ModelSpec) -> bool:
+    """Store `spec`'s precision fields if the model is still at `spec.version` (checked against
+    those settings); False if it was switched to another version meanwhile."""
+    cur = conn.execute(
         "UPDATE pgembed.models SET precision = %s, precision_requested = %s, "
-        "precision_cosine = %s, precision_note = %s WHERE name = %s",
-        (precision, requested, cosine, note, name),
+        "precision_cosine = %s, precision_note = %s WHERE name = %s AND version = %s",
+        (
+            spec.precision,
+            spec.precision_requested,
+            spec.precision_cosine,
+            spec.precision_note,
+            spec.name,
+            spec.version,
+        ),
     )
+    return cur.rowcount == 1

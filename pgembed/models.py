@@ -163,15 +163,15 @@ def alter_precision(conn: psycopg.Connection, name: str, requested: str) -> Mode
     spec = catalog.get(conn, name)
     if spec.shadow_of is not None:
         raise UsageError(f"{name!r} is the reindex shadow of {spec.shadow_of!r}: alter that model")
+    running = catalog.shadow(conn, name)
+    if running is not None:  # the switch would replace the precision with the shadow's
+        raise UsageError(
+            f"model {name!r} has a reindex to version {running.version} in progress: finish it "
+            f"(`pgembed reindex {name}`) or abort it before changing the precision"
+        )
     altered = with_precision(conn, spec, requested)
-    catalog.set_precision(
-        conn,
-        name,
-        altered.precision,
-        altered.precision_requested,
-        altered.precision_cosine,
-        altered.precision_note,
-    )
+    if not catalog.set_precision(conn, altered):
+        raise UsageError(f"model {name!r} changed while its precision was checked: run it again")
     return altered
 
 

@@ -226,10 +226,12 @@ def test_alter_precision_alone_changes_the_model_in_place(
         batch.run_batch(wconn, spec, batch.BatchConfig("stale", 64, 60, 5))
     # ...and a worker reading the catalog now writes bf16 ones.
     worker.Worker(db_url, worker.Options(once=True)).run()
-    bf16 = embedder.get(models.settings_of(now)).encode_documents(
-        ["Arrived broken, refund took a month."]
-    )
-    np.testing.assert_allclose(stored_vectors(reviews)[1], bf16[0], atol=2e-3)
+    text = ["Arrived broken, refund took a month."]
+    bf16 = embedder.get(models.settings_of(now)).encode_documents(text)[0]
+    fp32 = embedder.get(models.settings_of(spec)).encode_documents(text)[0]
+    # A batch of one: the same shape as here, so bf16 must match exactly, and fp32 must not.
+    np.testing.assert_allclose(stored_vectors(reviews)[1], bf16, atol=1e-6)
+    assert np.abs(stored_vectors(reviews)[1] - fp32).max() > 1e-4
 
     # A precision that does not agree falls back to fp32, says why, and status shows it.
     rejected = cli(*url, "model", "alter", "minilm", "--precision", "int8")
@@ -238,6 +240,12 @@ def test_alter_precision_alone_changes_the_model_in_place(
     (status,) = json.loads(cli(*url, "status", "--json").output)
     assert (status["precision"], status["precision_requested"]) == ("fp32", "int8")
     assert status["precision_note"].startswith("int8 rejected")
+
+    # During a reindex the switch would bring the shadow's precision: refused, in one line.
+    reindex.begin(reviews, "minilm", reindex.Change(pooling="cls"))
+    during = cli(*url, "model", "alter", "minilm", "--precision", "bf16")
+    assert during.exit_code == 2 and "reindex to version 2 in progress" in during.output
+    reindex.abort(reviews, "minilm")
 
     bad = cli(*url, "model", "alter", "minilm", "--precision", "fp64")
     assert bad.exit_code == 2 and "fp64" in bad.output

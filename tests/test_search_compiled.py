@@ -48,6 +48,9 @@ def test_concurrent_model_changes_each_rebuild_the_function(
     with db.connection(db_url) as first, db.connection(db_url) as second:
         first.autocommit = second.autocommit = False
         first.execute("UPDATE pgembed.models SET ef_search = 50 WHERE name = 'm0'")
+        # The rebuild is deferred to the commit; run the first one now, so that the second
+        # transaction's commit finds it holding the rebuild lock.
+        first.execute("SET CONSTRAINTS pgembed.recompile_search IMMEDIATE")
         errors: list[BaseException] = []
 
         def tune_m1() -> None:
@@ -60,7 +63,7 @@ def test_concurrent_model_changes_each_rebuild_the_function(
         thread = threading.Thread(target=tune_m1)
         thread.start()
         thread.join(1.0)
-        assert thread.is_alive()  # waiting for the first rebuild's lock
+        assert thread.is_alive()  # its commit waits for the first rebuild's lock
         first.commit()
         thread.join()
         assert errors == []
@@ -79,3 +82,42 @@ def test_concurrent_model_changes_each_rebuild_the_function(
     assert reviews.execute("SELECT key FROM pgembed.search('m1', %s, 1)", query).fetchall() == [
         ("1",)
     ]
+
+
+def test_columns_named_like_the_functions_variables(conn: psycopg.Connection, db_url: str) -> None:
+    conn.execute("CREATE TABLE asked (k integer PRIMARY KEY, query text, model text, ef text)")
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO asked VALUES (%s, %s, 'x', 'y')", list(REVIEWS))
+    models.add(conn, models.AddRequest("asked", "asked", "query"))
+    worker.Worker(db_url, worker.Options(once=True)).run()
+    vector = conn.execute("SELECT embedding_asked FROM asked WHERE k = 3").fetchone()
+    assert vector is not None
+    hits = conn.execute("SELECT key FROM pgembed.search('asked', %s, 2)", vector).fetchall()
+    assert hits[0] == ("3",) and len(hits) == 2
+
+
+def test_settings_end_with_the_call_inside_a_transaction(
+    reviews: psycopg.Connection, db_url: str
+) -> None:
+    models.add(reviews, models.AddRequest("minilm", "reviews", "body"))
+    reviews.execute("UPDATE pgembed.models SET ef_search = 60")
+    worker.Worker(db_url, worker.Options(once=True)).run()
+    vector = reviews.execute("SELECT embedding_minilm FROM reviews WHERE id = 1").fetchone()
+    assert vector is not None
+    settings = ("hnsw.ef_search", "hnsw.iterative_scan", "enable_seqscan", "plan_cache_mode")
+
+    def shown() -> list[str]:
+        return [str((reviews.execute(f"SHOW {s}").fetchone() or ("",))[0]) for s in settings]
+
+    with reviews.transaction():
+        assert shown() == ["40", "off", "on", "auto"]
+        for filter in (None, '{"stars": 3}'):
+            found = reviews.execute(
+                "SELECT key FROM pgembed.search('minilm', %s, 3, %s)", (*vector, filter)
+            ).fetchall()
+            assert found[0] == ("1",)
+            assert shown() == ["40", "off", "on", "auto"]
+        reviews.execute("SET LOCAL hnsw.ef_search = 25")
+        reviews.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        reviews.execute("SELECT * FROM pgembed.search('minilm', %s, 3)", vector).fetchall()
+        assert shown() == ["25", "relaxed_order", "on", "auto"]

@@ -36,17 +36,24 @@ DROP FUNCTION pgembed._setting_v1(text, text, text[]);
 
 -- Rebuild pgembed.search from the catalog. Each model gets a branch whose query names its table
 -- and columns (quoted with %I), so PL/pgSQL prepares it once per session; plan_cache_mode keeps
--- that one generic plan instead of replanning for every query vector.
--- SECURITY DEFINER so that whoever may change pgembed.models (e.g. `pgembed tune`) can rebuild the
--- function its owner created; the search itself stays SECURITY INVOKER.
+-- that one generic plan instead of replanning for every query vector. A function's SET clause
+-- only restores the settings it names, so the branch puts back the three it changes itself
+-- (an error needs nothing: the rollback puts them back).
 CREATE FUNCTION pgembed._compile_search_v1() RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     m pgembed.models;
     branches text := '';
     vector_type text;
 BEGIN
-    -- Concurrent rebuilds would fail with "tuple concurrently updated": one at a time.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        -- An older snapshot could miss a model another transaction just changed.
+        RAISE EXCEPTION 'change pgembed.models at READ COMMITTED isolation, not %',
+            current_setting('transaction_isolation')
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    -- Concurrent rebuilds would fail with "tuple concurrently updated": one at a time. Taken
+    -- at commit (the trigger is deferred), after every other lock of the transaction.
     PERFORM pg_advisory_xact_lock(hashtext('pgembed._compile_search_v1'));
     SELECT format('%I.vector', n.nspname) INTO vector_type
     FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector';
@@ -58,26 +65,31 @@ BEGIN
                 model, query, k, NULL, NULL, pgembed._settings_v1(model));
             RETURN;
         END IF;
+        ef := current_setting('hnsw.ef_search');
+        scan := current_setting('hnsw.iterative_scan');
+        seqscan := current_setting('enable_seqscan');
         -- Strict order: the index returns the rows nearest first, nothing to re-sort, and
         -- still k rows when dead tuples or row-level security hide some of the first ef_search.
         -- A generic plan reads `LIMIT k` as 10 %% of the table, for which it would rather sort
         -- the whole table than walk the index: make that one plan the index scan.
-        PERFORM set_config('hnsw.iterative_scan', 'strict_order', true),
-                set_config('enable_seqscan', 'off', true);
+        -- (One expression per statement: PL/pgSQL evaluates those without the executor.)
+        PERFORM set_config('hnsw.iterative_scan', 'strict_order', true);
+        PERFORM set_config('enable_seqscan', 'off', true);
         IF nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL THEN
-            PERFORM set_config('hnsw.ef_search', current_setting('pgembed.ef_search'), true);%3$s
+            PERFORM set_config('hnsw.ef_search', current_setting('pgembed.ef_search'), true);
+        ELSIF NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
+            PERFORM set_config('hnsw.ef_search', %3$L, true);
         END IF;
         RETURN QUERY
             SELECT t.%4$I::text, 1 - (t.%5$I <=> query)
             FROM %6$I.%7$I t
             WHERE t.%5$I IS NOT NULL
             ORDER BY t.%5$I <=> query
-            LIMIT k;$branch$,
-            m.name, m.dimensions,
-            CASE WHEN m.ef_search IS NOT NULL THEN format($set$
-        ELSIF NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
-            PERFORM set_config('hnsw.ef_search', %L, true);$set$, m.ef_search)
-            ELSE '' END,
+            LIMIT k;
+        PERFORM set_config('hnsw.ef_search', ef, true);
+        PERFORM set_config('hnsw.iterative_scan', scan, true);
+        PERFORM set_config('enable_seqscan', seqscan, true);$branch$,
+            m.name, m.dimensions, coalesce(m.ef_search, 40)::text,
             m.key_column, m.embedding_column, m.table_schema, m.table_name);
     END LOOP;
     IF branches = '' THEN  -- PL/pgSQL's CASE needs a WHEN
@@ -88,10 +100,14 @@ BEGIN
         'CREATE OR REPLACE FUNCTION pgembed.search('
         'model text, query %s, k integer DEFAULT 10, filter jsonb DEFAULT NULL) '
         'RETURNS TABLE (key text, similarity double precision) LANGUAGE plpgsql '
-        -- One generic plan per session (the SET clause also ends every SET LOCAL made inside
-        -- the function with it).
         'SET plan_cache_mode = force_generic_plan AS %L',
         vector_type, format($body$
+-- A table's own columns may be named like these variables: they are always written t.<column>.
+#variable_conflict use_variable
+DECLARE
+    ef text;
+    scan text;
+    seqscan text;
 BEGIN
     IF (filter IS NOT NULL AND jsonb_typeof(filter) <> 'null') OR k IS NULL OR k < 1
        OR query IS NULL THEN
@@ -109,8 +125,13 @@ $body$, branches));
 END
 $fn$;
 
+-- Only pgembed's own migration and trigger rebuild the function.
+REVOKE EXECUTE ON FUNCTION pgembed._compile_search_v1() FROM PUBLIC;
+
+-- SECURITY DEFINER: whoever may change pgembed.models (e.g. `pgembed tune` as another role)
+-- rebuilds the function as its owner.
 CREATE FUNCTION pgembed._recompile_search_v1() RETURNS trigger
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
     PERFORM pgembed._compile_search_v1();
     RETURN NULL;
@@ -118,11 +139,14 @@ END
 $fn$;
 
 -- Every change to what the generated queries read: a model added, removed, renamed, switched to
--- a new version (dimensions, column), or given an ef_search by `pgembed tune`.
-CREATE TRIGGER recompile_search
+-- a new version (dimensions, column), or given an ef_search by `pgembed tune`. Deferred to the
+-- commit, so the rebuild's lock is held for milliseconds, never behind a table lock, and sees
+-- the transaction's last state.
+CREATE CONSTRAINT TRIGGER recompile_search
 AFTER INSERT OR DELETE OR UPDATE OF name, table_schema, table_name, key_column, embedding_column,
     dimensions, ef_search
-ON pgembed.models FOR EACH STATEMENT EXECUTE FUNCTION pgembed._recompile_search_v1();
+ON pgembed.models DEFERRABLE INITIALLY DEFERRED
+FOR EACH ROW EXECUTE FUNCTION pgembed._recompile_search_v1();
 CREATE TRIGGER recompile_search_truncate
 AFTER TRUNCATE ON pgembed.models FOR EACH STATEMENT EXECUTE FUNCTION pgembed._recompile_search_v1();
 
