@@ -37,13 +37,13 @@ DROP FUNCTION pgembed._setting_v1(text, text, text[]);
 -- Rebuild pgembed.search from the catalog. Each model gets a branch whose query names its table
 -- and columns (quoted with %I), so PL/pgSQL prepares it once per session; plan_cache_mode keeps
 -- that one generic plan instead of replanning for every query vector. A function's SET clause
--- only restores the settings it names, so the branch puts back the three it changes itself
--- (an error needs nothing: the rollback puts them back).
+-- only restores the settings it names, so the branch puts back the two it changes itself.
 CREATE FUNCTION pgembed._compile_search_v1() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     m pgembed.models;
     branches text := '';
+    nearest text;
     vector_type text;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
@@ -58,39 +58,46 @@ BEGIN
     SELECT format('%I.vector', n.nspname) INTO vector_type
     FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector';
     FOR m IN SELECT * FROM pgembed.models ORDER BY name LOOP
+        -- The statement for one LIMIT constant (validated identifiers cannot contain '<').
+        nearest := format($nearest$
+            RETURN QUERY SELECT hits.key, hits.similarity FROM (
+                SELECT t.%1$I::text AS key, 1 - (t.%2$I <=> query) AS similarity
+                FROM %3$I.%4$I t
+                WHERE t.%2$I IS NOT NULL
+                ORDER BY t.%2$I <=> query
+                LIMIT <limit>) hits
+            LIMIT k;$nearest$,
+            m.key_column, m.embedding_column, m.table_schema, m.table_name);
         branches := branches || format($branch$
     WHEN %1$L THEN
-        IF vector_dims(query) <> %2$s THEN  -- the dynamic path raises the error
+        IF vector_dims(query) <> %2$s OR k > 100 THEN  -- the dynamic path (or its error)
             RETURN QUERY SELECT * FROM pgembed._nearest_v1(
                 model, query, k, NULL, NULL, pgembed._settings_v1(model));
             RETURN;
         END IF;
-        ef := current_setting('hnsw.ef_search');
         scan := current_setting('hnsw.iterative_scan');
-        seqscan := current_setting('enable_seqscan');
+        ef := current_setting('hnsw.ef_search');
         -- Strict order: the index returns the rows nearest first, nothing to re-sort, and
         -- still k rows when dead tuples or row-level security hide some of the first ef_search.
-        -- A generic plan reads `LIMIT k` as 10 %% of the table, for which it would rather sort
-        -- the whole table than walk the index: make that one plan the index scan.
         -- (One expression per statement: PL/pgSQL evaluates those without the executor.)
         PERFORM set_config('hnsw.iterative_scan', 'strict_order', true);
-        PERFORM set_config('enable_seqscan', 'off', true);
         IF nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL THEN
             PERFORM set_config('hnsw.ef_search', current_setting('pgembed.ef_search'), true);
         ELSIF NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
             PERFORM set_config('hnsw.ef_search', %3$L, true);
         END IF;
-        RETURN QUERY
-            SELECT t.%4$I::text, 1 - (t.%5$I <=> query)
-            FROM %6$I.%7$I t
-            WHERE t.%5$I IS NOT NULL
-            ORDER BY t.%5$I <=> query
-            LIMIT k;
-        PERFORM set_config('hnsw.ef_search', ef, true);
+        -- The inner LIMIT is a constant, so the one generic plan is costed for that many rows,
+        -- as the raw statement is (a LIMIT parameter would be costed as 10 %% of the table, and
+        -- sorting the table would win); the outer LIMIT stops the scan after k rows.
+        IF k <= 10 THEN%4$s
+        ELSE%5$s
+        END IF;
+        -- A SET clause restores only the settings it names: put back the caller's (an error
+        -- needs nothing, the rollback does it).
         PERFORM set_config('hnsw.iterative_scan', scan, true);
-        PERFORM set_config('enable_seqscan', seqscan, true);$branch$,
+        PERFORM set_config('hnsw.ef_search', ef, true);$branch$,
             m.name, m.dimensions, coalesce(m.ef_search, 40)::text,
-            m.key_column, m.embedding_column, m.table_schema, m.table_name);
+            replace(nearest, '<limit>', '10'), replace(nearest, '<limit>', '100'));
     END LOOP;
     IF branches = '' THEN  -- PL/pgSQL's CASE needs a WHEN
         branches := E'\n    WHEN NULL THEN NULL;';
@@ -107,7 +114,6 @@ BEGIN
 DECLARE
     ef text;
     scan text;
-    seqscan text;
 BEGIN
     IF (filter IS NOT NULL AND jsonb_typeof(filter) <> 'null') OR k IS NULL OR k < 1
        OR query IS NULL THEN
