@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import psycopg
 import torch
 from pgvector.psycopg import register_vector
 from psycopg import sql
@@ -68,15 +69,7 @@ def pgembed_sync(database: Database, texts: list[str], repeats: int) -> tuple[fl
     spec, _ = models.add(conn, models.AddRequest("minilm", "reviews", "body"))
     embedder.get(models.settings_of(spec)).encode_documents(texts[:64])  # load + warm-up
 
-    def run() -> None:
-        worker.Worker(database.url, worker.Options(once=True)).run()
-
-    seconds = []
-    for i in range(repeats):
-        if i:
-            conn.execute("UPDATE reviews SET embedding_minilm = NULL")
-            ddl.enqueue_existing(conn, spec)
-        seconds.append(timed(run))
+    seconds = [timed(lambda: _sync_once(database)), *_resyncs(conn, database, spec, repeats - 1)]
     written = conn.execute("SELECT count(embedding_minilm) FROM reviews").fetchone()
     assert written == (len(texts),), f"sync wrote {written} of {len(texts)} rows"
     conn.close()
@@ -87,14 +80,26 @@ def sync_without_index(database: Database, spec: ModelSpec, repeats: int, rows: 
     """b again with the model's HNSW index dropped (put back afterwards, for g)."""
     conn = database.connect()
     conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(ddl.index_name(spec))))
+    seconds = _resyncs(conn, database, spec, repeats)
+    ddl.create_index(conn, spec)
+    conn.close()
+    return rows / median(seconds)
+
+
+def _sync_once(database: Database) -> None:
+    worker.Worker(database.url, worker.Options(once=True)).run()
+
+
+def _resyncs(
+    conn: psycopg.Connection, database: Database, spec: ModelSpec, repeats: int
+) -> list[float]:
+    """Seconds of `repeats` syncs, each of every row again (vectors cleared and requeued)."""
     seconds = []
     for _ in range(repeats):
         conn.execute("UPDATE reviews SET embedding_minilm = NULL")
         ddl.enqueue_existing(conn, spec)
-        seconds.append(timed(worker.Worker(database.url, worker.Options(once=True)).run))
-    ddl.create_index(conn, spec)
-    conn.close()
-    return rows / median(seconds)
+        seconds.append(timed(lambda: _sync_once(database)))
+    return seconds
 
 
 def bare_encode(spec: ModelSpec, texts: list[str], repeats: int) -> float:

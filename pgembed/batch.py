@@ -83,7 +83,7 @@ def store(
     failed_keys = {row.key for row, _ in result.failed}
     with conn.transaction():
         if _changed(conn, spec):
-            queue.release(conn, spec.name, claims)  # commits with this transaction: ready again
+            release(conn, claimed)  # commits with this transaction: ready again
             changed = True
         else:
             changed = False

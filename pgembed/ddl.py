@@ -9,6 +9,7 @@ import psycopg
 from psycopg import sql
 
 from .catalog import ModelSpec
+from .source import table as _table
 
 # The text search configuration of the full-text index; the SQL helpers in migrations/0002 use
 # the same expression, to_tsvector('english', text), so the planner can match it to the index.
@@ -27,20 +28,20 @@ def trigger_names(spec: ModelSpec) -> list[str]:
     return [f"pgembed_{spec.name}_{event}" for event in ("ins", "upd", "del", "trunc")]
 
 
-def _table(spec: ModelSpec) -> sql.Identifier:
-    return sql.Identifier(spec.table_schema, spec.table_name)
-
-
 def create(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """Column, index and triggers; run inside the caller's transaction."""
-    table, column = _table(spec), sql.Identifier(spec.embedding_column)
-    conn.execute(
-        sql.SQL("ALTER TABLE {} ADD COLUMN {} vector({})").format(
-            table, column, sql.Literal(spec.dimensions)
-        )
-    )
+    add_column(conn, spec)
     create_index(conn, spec)
     create_triggers(conn, spec)
+
+
+def add_column(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """The model's vector column, of its dimensions."""
+    conn.execute(
+        sql.SQL("ALTER TABLE {} ADD COLUMN {} vector({})").format(
+            _table(spec), sql.Identifier(spec.embedding_column), sql.Literal(spec.dimensions)
+        )
+    )
 
 
 def create_index(
@@ -128,11 +129,16 @@ def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
         conn.execute(statement)
 
 
-def drop(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    """Remove the model's triggers, index and column; the table's other data is untouched."""
+def drop_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
     table = _table(spec)
     for name in trigger_names(spec):
         conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
+
+
+def drop(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """Remove the model's triggers, index and column; the table's other data is untouched."""
+    table = _table(spec)
+    drop_triggers(conn, spec)
     for index in (index_name(spec), fulltext_index_name(spec)):
         conn.execute(
             sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(spec.table_schema, index))

@@ -111,35 +111,52 @@ class Embedder:
         )
 
     def encode_documents(self, texts: list[str], batch_size: int | None = None) -> Vectors:
-        return self.embed_documents(texts, batch_size).vectors
+        return self._sorted(_prefixed(self.settings.document_prefix, texts), batch_size)
 
     def encode_queries(self, texts: list[str], batch_size: int | None = None) -> Vectors:
-        return self._encode(_prefixed(self.settings.query_prefix, texts), batch_size).vectors
+        return self._sorted(_prefixed(self.settings.query_prefix, texts), batch_size)
 
     def embed_documents(self, texts: list[str], batch_size: int | None = None) -> Encoded:
         """Vectors with the texts' untruncated word-piece counts (to flag truncated rows)."""
-        return self._encode(_prefixed(self.settings.document_prefix, texts), batch_size)
+        texts = _prefixed(self.settings.document_prefix, texts)
+        counts = self._count(texts)
+        return Encoded(self._sorted(texts, batch_size, counts), counts)
+
+    def encode_document_batch(self, texts: list[str]) -> Vectors:
+        """One encode call for a batch the caller planned itself (see embedding.embed_rows)."""
+        return self._encode_batch(_prefixed(self.settings.document_prefix, texts))
 
     def token_counts(self, texts: list[str]) -> list[int]:
         """Word pieces each text would have untruncated, special tokens included."""
         return self._count(_prefixed(self.settings.document_prefix, texts))
 
-    def _encode(self, texts: list[str], batch_size: int | None) -> Encoded:
-        counts = self._count(texts)
+    def _sorted(
+        self, texts: list[str], batch_size: int | None, counts: list[int] | None = None
+    ) -> Vectors:
+        """Encode in batches of similar word-piece counts; vectors in the texts' order."""
+        size = batch_size or self.batch_size
+        if len(texts) <= size:  # one batch (a query, typically): nothing to count or sort
+            return self._encode_batch(texts)
         limit = self.info.max_seq_length
-        batches = batching.plan([min(n, limit) for n in counts], batch_size or self.batch_size)
+        counts = self._count(texts) if counts is None else counts
         vectors = np.empty((len(texts), self.info.dimensions), dtype=np.float32)
+        for batch in batching.plan([min(n, limit) for n in counts], size):
+            vectors[batch] = self._encode_batch([texts[i] for i in batch])
+        return vectors
+
+    def _encode_batch(self, texts: list[str]) -> Vectors:
+        if not texts:
+            return np.empty((0, self.info.dimensions), dtype=np.float32)
         # encode is not documented as thread-safe; one model instance is shared per process.
         with self._lock:
-            for batch in batches:
-                vectors[batch] = self._model.encode(
-                    [texts[i] for i in batch],
-                    batch_size=len(batch),
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                    normalize_embeddings=False,  # a Normalize module does it when configured
-                )
-        return Encoded(vectors, counts)
+            vectors: Vectors = self._model.encode(
+                texts,
+                batch_size=len(texts),
+                convert_to_numpy=True,
+                show_progress_bar=False,
+                normalize_embeddings=False,  # a Normalize module does it when configured
+            )
+        return vectors
 
 
 def _prefixed(prefix: str, texts: list[str]) -> list[str]:

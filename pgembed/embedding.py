@@ -27,20 +27,20 @@ def embed_rows(embedder: Embedder, rows: Sequence[SourceRow]) -> Embedded:
     """Encode the rows in length-sorted batches; a batch that errs is bisected until the failing
     rows are alone, so a bad row costs only its own batch a few extra encodes."""
     result = Embedded()
-    counts = embedder.token_counts([row.text for row in rows])
+    counts = embedder.token_counts([row.text for row in rows])  # once: to sort and to flag
     limit = embedder.info.max_seq_length
     for batch in batching.plan([min(n, limit) for n in counts], embedder.batch_size):
-        _embed_into(embedder, [rows[i] for i in batch], result)
+        _embed_into(embedder, [rows[i] for i in batch], [counts[i] for i in batch], result)
     return result
 
 
-def _embed_into(embedder: Embedder, rows: list[SourceRow], result: Embedded) -> None:
+def _embed_into(
+    embedder: Embedder, rows: list[SourceRow], counts: list[int], result: Embedded
+) -> None:
     if not rows:
         return
-    texts = [row.text for row in rows]
     try:
-        encoded = embedder.embed_documents(texts)
-        vectors, counts = encoded.vectors, encoded.token_counts
+        vectors = embedder.encode_document_batch([row.text for row in rows])
         if not np.isfinite(vectors).all():
             raise ValueError("the model produced a non-finite vector")
     except Exception as exc:  # any model error: isolate it, never lose the batch
@@ -48,8 +48,8 @@ def _embed_into(embedder: Embedder, rows: list[SourceRow], result: Embedded) -> 
             result.failed.append((rows[0], f"{type(exc).__name__}: {exc}"))
             return
         middle = len(rows) // 2
-        _embed_into(embedder, rows[:middle], result)
-        _embed_into(embedder, rows[middle:], result)
+        _embed_into(embedder, rows[:middle], counts[:middle], result)
+        _embed_into(embedder, rows[middle:], counts[middle:], result)
         return
     limit = embedder.info.max_seq_length
     result.rows.extend(rows)

@@ -139,7 +139,7 @@ def load(
                 "CREATE TEMP TABLE pgembed_load ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA"
             ).format(sql.SQL(", ").join(map(sql.Identifier, columns)), target)
         )
-        read = _copy(conn, columns, key, request, _chain(first, records), on_progress)
+        read = _copy(conn, columns, key, request, itertools.chain([first], records), on_progress)
         column_list = sql.SQL(", ").join(map(sql.Identifier, columns))
         inserted = conn.execute(
             sql.SQL(
@@ -148,13 +148,6 @@ def load(
             ).format(target=target, cols=column_list, key=sql.Identifier(key))
         ).rowcount
     return LoadResult(f"{schema}.{table}", read, inserted, created)
-
-
-def _chain(
-    first: tuple[int, Record], rest: Iterator[tuple[int, Record]]
-) -> Iterator[tuple[int, Record]]:
-    yield first
-    yield from rest
 
 
 def _columns(record: Record, request: LoadRequest, into: str) -> list[str]:

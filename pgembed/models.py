@@ -53,18 +53,7 @@ def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
         query_prefix=request.query_prefix,
         document_prefix=request.document_prefix,
     )
-    model_info = embedder.get(settings).info
-    limit = model_info.position_limit
-    if limit is not None and model_info.max_seq_length > limit:
-        raise UsageError(
-            f"max sequence length {model_info.max_seq_length} exceeds what "
-            f"{request.model_ref!r} can read ({limit} word pieces)"
-        )
-    choice = precision.choose(
-        replace(settings, device=hardware.resolve_device("auto")),
-        request.precision,
-        precision.sample_texts(conn, schema, table, text_column),
-    )
+    model_info = load_checked(settings)
     spec = ModelSpec(
         name=name,
         table_schema=schema,
@@ -80,11 +69,8 @@ def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
         max_seq_length=model_info.max_seq_length,
         query_prefix=request.query_prefix,
         document_prefix=request.document_prefix,
-        precision=choice.precision,
-        precision_requested=choice.requested,
-        precision_cosine=choice.cosine,
-        precision_note=choice.note,
     )
+    spec = with_precision(conn, spec, request.precision)
     with conn.transaction():
         catalog.insert(conn, spec)
         catalog.record_version(conn, spec, spec.name, active=True)
@@ -93,6 +79,17 @@ def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
             ddl.create_fulltext_index(conn, spec)
         queued = ddl.enqueue_existing(conn, spec)
     return spec, queued
+
+
+def load_checked(settings: embedder.Settings) -> embedder.ModelInfo:
+    """Load the model (a reference that cannot load raises) and check its max sequence length."""
+    info = embedder.get(settings).info
+    if info.position_limit is not None and info.max_seq_length > info.position_limit:
+        raise UsageError(
+            f"max sequence length {info.max_seq_length} exceeds what {settings.model_ref!r} "
+            f"can read ({info.position_limit} word pieces)"
+        )
+    return info
 
 
 def remove(conn: psycopg.Connection, name: str) -> ModelSpec:
@@ -135,7 +132,7 @@ def settings_of(spec: ModelSpec, device: str = "cpu") -> embedder.Settings:
 def precision_for(conn: psycopg.Connection, spec: ModelSpec, requested: str) -> precision.Choice:
     """The precision `requested` resolves to for `spec`'s settings, checked on its table's texts."""
     return precision.choose(
-        replace(settings_of(spec), device=hardware.resolve_device("auto")),
+        settings_of(spec, hardware.resolve_device("auto")),
         requested,
         precision.sample_texts(conn, spec.table_schema, spec.table_name, spec.text_column),
     )

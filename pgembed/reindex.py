@@ -17,7 +17,7 @@ from typing import TypeVar
 import psycopg
 from psycopg import sql
 
-from . import catalog, db, ddl, embedder, indexbuild, models, names, switch, worker
+from . import catalog, db, ddl, embedder, indexbuild, models, names, source, switch, worker
 from .catalog import ModelSpec
 from .errors import UsageError
 
@@ -73,12 +73,7 @@ def new_version(spec: ModelSpec, change: Change) -> ModelSpec:
         query_prefix=_pick(change.query_prefix, spec.query_prefix),
         document_prefix=_pick(change.document_prefix, spec.document_prefix),
     )
-    info = embedder.get(settings).info  # a reference that cannot load changes nothing
-    if info.position_limit is not None and info.max_seq_length > info.position_limit:
-        raise UsageError(
-            f"max sequence length {info.max_seq_length} exceeds what {settings.model_ref!r} "
-            f"can read ({info.position_limit} word pieces)"
-        )
+    info = models.load_checked(settings)  # a reference that cannot load changes nothing
     shadow = shadow_name(spec.name)
     return replace(
         spec,
@@ -129,13 +124,7 @@ def begin(conn: psycopg.Connection, name: str, change: Change | None) -> tuple[M
     with conn.transaction():
         catalog.insert(conn, shadow)
         catalog.record_version(conn, shadow, name, active=False)
-        conn.execute(
-            sql.SQL("ALTER TABLE {} ADD COLUMN {} vector({})").format(
-                sql.Identifier(shadow.table_schema, shadow.table_name),
-                sql.Identifier(shadow.embedding_column),
-                sql.Literal(shadow.dimensions),
-            )
-        )
+        ddl.add_column(conn, shadow)
         ddl.create_triggers(conn, shadow)
         queued = ddl.enqueue_existing(conn, shadow)
     return shadow, queued
@@ -179,18 +168,15 @@ class Progress:
 def progress(conn: psycopg.Connection, shadow: ModelSpec) -> Progress:
     row = conn.execute(
         sql.SQL(
-            "SELECT count({col}), count(*) FILTER (WHERE btrim({text}) <> ''), "
-            "(SELECT count(*) FROM (SELECT key FROM pgembed.queue WHERE model = %(m)s "
-            "UNION SELECT key FROM pgembed.inbox WHERE model = %(m)s) k) FROM {table}"
+            "SELECT count({col}), count(*) FILTER (WHERE btrim({text}) <> '') FROM {table}"
         ).format(
             col=sql.Identifier(shadow.embedding_column),
             text=sql.Identifier(shadow.text_column),
-            table=sql.Identifier(shadow.table_schema, shadow.table_name),
-        ),
-        {"m": shadow.name},
+            table=source.table(shadow),
+        )
     ).fetchone()
-    embedded, total, queued = row if row else (0, 0, 0)
-    return Progress(embedded, total, queued)
+    embedded, total = row if row else (0, 0)
+    return Progress(embedded, total, worker.queued_count(conn, [shadow.name]))
 
 
 class Reporter:

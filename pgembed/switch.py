@@ -17,7 +17,7 @@ from typing import TypeVar
 import psycopg
 from psycopg import sql
 
-from . import catalog, ddl
+from . import catalog, ddl, source
 from .catalog import ModelSpec
 from .errors import DatabaseError, NotFoundError
 
@@ -84,13 +84,10 @@ def _swap_in(conn: psycopg.Connection, name: str) -> ModelSpec:
         status=old.status,
         ef_search=old.ef_search,
     )
-    table = sql.Identifier(old.table_schema, old.table_name)
+    table = source.table(old)
     conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(table))
     for spec in (old, shadow):
-        for trigger in ddl.trigger_names(spec):
-            conn.execute(
-                sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(trigger), table)
-            )
+        ddl.drop_triggers(conn, spec)
     conn.execute(  # the old index goes with its column
         sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(table, sql.Identifier(old.embedding_column))
     )
