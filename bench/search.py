@@ -21,6 +21,7 @@ HELPER = "SELECT key FROM pgembed.search('minilm', %s, 10)"
 class Search:
     rows: int
     queries: int
+    passes: int
     raw_p50_ms: float
     raw_p95_ms: float
     helper_p50_ms: float | None
@@ -28,12 +29,21 @@ class Search:
     recall_at_10: float
 
 
-def _latencies(conn: psycopg.Connection, sql: str, vectors: np.ndarray) -> list[float]:
-    out = []
-    for vec in vectors:
-        started = time.perf_counter()
-        conn.execute(sql, (Vector(vec),), prepare=True).fetchall()  # type: ignore[arg-type]
-        out.append((time.perf_counter() - started) * 1000)
+PASSES = 3
+
+
+def _latencies(
+    conn: psycopg.Connection, statements: list[str], vectors: np.ndarray, passes: int = PASSES
+) -> list[list[float]]:
+    """Milliseconds per statement, the statements alternating query by query, so that the
+    machine's drift over the run weighs on each of them alike."""
+    out: list[list[float]] = [[] for _ in statements]
+    for _ in range(passes):
+        for vec in vectors:
+            for times, sql in zip(out, statements, strict=True):
+                started = time.perf_counter()
+                conn.execute(sql, (Vector(vec),), prepare=True).fetchall()  # type: ignore[arg-type]
+                times.append((time.perf_counter() - started) * 1000)
     return out
 
 
@@ -48,10 +58,10 @@ def measure(database: Database, spec: ModelSpec, queries: list[str]) -> Search:
     conn = database.connect()
     rows_row = conn.execute("SELECT count(embedding_minilm) FROM reviews").fetchone()
     rows = int(rows_row[0]) if rows_row else 0
-    for sql in (RAW, HELPER) if _has_helper(conn) else (RAW,):
-        _latencies(conn, sql, vectors[:10])  # warm-up: prepare, cache the index pages
-    raw = _latencies(conn, RAW, vectors)
-    helper = _latencies(conn, HELPER, vectors) if _has_helper(conn) else None
+    statements = [RAW, HELPER] if _has_helper(conn) else [RAW]
+    _latencies(conn, statements, vectors[:10], passes=1)  # warm-up: prepare, cache the pages
+    raw, *rest = _latencies(conn, statements, vectors)
+    helper = rest[0] if rest else None
     hits = 0
     for vec in vectors:
         indexed = {r[0] for r in conn.execute(RAW, (Vector(vec),))}
@@ -63,6 +73,7 @@ def measure(database: Database, spec: ModelSpec, queries: list[str]) -> Search:
     return Search(
         rows=rows,
         queries=len(queries),
+        passes=PASSES,
         raw_p50_ms=median(raw),
         raw_p95_ms=percentile(raw, 95),
         helper_p50_ms=median(helper) if helper else None,
