@@ -27,7 +27,7 @@ def write(
     order = sorted(range(len(keys)), key=lambda i: keys[i])
     query = sql.SQL(
         "UPDATE {table} t SET {column} = v.embedding "
-        "FROM unnest(%s::text[], %s::text[], %s::vector[]) AS v(key, text_md5, embedding) "
+        "FROM unnest(%s::text[], %s::text[], %b::vector[]) AS v(key, text_md5, embedding) "
         "WHERE t.{key} = v.key::{type} AND md5(t.{text}) = v.text_md5 "
         "RETURNING v.key"
     ).format(
