@@ -46,8 +46,7 @@ class Client:
         """The k rows nearest to `text`, nearest first (pgembed.search)."""
         with self._connection() as conn:
             spec = catalog.get(conn, model)
-            vector = search.embed_query(spec, text)
-            return search.nearest(conn, spec, vector, k, filter, ef_search=ef_search)
+            return search.query(conn, spec, text, k, filter, ef_search=ef_search)
 
     def similar(
         self,

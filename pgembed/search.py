@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, LiteralString
+from typing import Any, LiteralString, TypeVar
 
 import psycopg
 from pgvector import Vector
@@ -22,6 +22,8 @@ from . import catalog, db, embedder, models, source
 from .catalog import ModelSpec
 from .embedder import Vectors
 from .errors import NotFoundError, PgembedError, UsageError
+
+_T = TypeVar("_T")
 
 # column -> value, or column -> {"$eq"|"$ne"|"$gt"|"$gte"|"$lt"|"$lte"|"$in": value}
 Filter = Mapping[str, Any]
@@ -89,15 +91,27 @@ def query(
     *,
     ef_search: int | None = None,
 ) -> list[Hit]:
-    """Embed `text` with the model's settings and search.
+    """Embed `text` with the model's settings and search (pgembed.search)."""
+    return _in_one_space(
+        conn,
+        spec,
+        lambda current: nearest(
+            conn, current, embed_query(current, text), k, filter, ef_search=ef_search
+        ),
+    )
 
-    If a reindex switched the model between reading `spec` and searching, the query vector was
-    made for the previous version: search again with the current one, so a query never meets
-    the other version's vectors.
+
+def _in_one_space(
+    conn: psycopg.Connection, spec: ModelSpec, attempt: Callable[[ModelSpec], _T]
+) -> _T:
+    """attempt(spec), again with the current spec if a reindex switched the model meanwhile.
+
+    The query vector was then made for the previous version: a query never meets the other
+    version's vectors.
     """
     while True:
         try:
-            hits = nearest(conn, spec, embed_query(spec, text), k, filter, ef_search=ef_search)
+            result = attempt(spec)
         except UsageError:  # e.g. other dimensions since the switch
             current = catalog.get(conn, spec.name)
             if catalog.same_space(current, spec):
@@ -105,7 +119,7 @@ def query(
         else:
             current = catalog.get(conn, spec.name)
             if catalog.same_space(current, spec):
-                return hits
+                return result
         spec = current
 
 
@@ -138,17 +152,21 @@ def hybrid(
     call = sql.SQL(
         "pgembed.hybrid_search(%(model)s, %(q)s, %(text)s::text, %(k)s::integer, %(filter)s)"
     )
-    params = {
-        "model": spec.name,
-        "q": Vector(embed_query(spec, text)),
-        "text": text,
-        "k": k,
-        "filter": _jsonb(filter),
-    }
-    rows = _hits(conn, spec, call, "score", params, ef_search)
-    if not rows:
-        _require_vectors(conn, spec)
-    return [HybridHit(key, float(value), text) for key, value, text in rows]
+
+    def attempt(current: ModelSpec) -> list[HybridHit]:
+        params = {
+            "model": current.name,
+            "q": Vector(embed_query(current, text)),
+            "text": text,
+            "k": k,
+            "filter": _jsonb(filter),
+        }
+        rows = _hits(conn, current, call, "score", params, ef_search)
+        if not rows:
+            _require_vectors(conn, current)
+        return [HybridHit(key, float(value), shown) for key, value, shown in rows]
+
+    return _in_one_space(conn, spec, attempt)
 
 
 def _hits(

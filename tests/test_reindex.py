@@ -376,6 +376,8 @@ def test_alter_to_a_checkpoint_of_other_dimensions(
     assert hits[0].key == "7"
     # A caller still holding the 384-dimension spec from before the switch gets the same answer.
     assert search.query(conn, synced, TEXTS[7], k=1) == hits
+    assert cli("--database-url", db_url, "model", "fulltext", "minilm").exit_code == 0
+    assert [h.key for h in search.hybrid(conn, synced, TEXTS[7], k=1)] == ["7"]
 
 
 def test_index_only_rebuild_records_new_parameters(
