@@ -114,11 +114,18 @@ def server(url: str | None) -> Iterator[str]:
         yield url
         return
     with tempfile.TemporaryDirectory(prefix="pgembed-bench-") as home:
-        os.chmod(home, 0o755)
-        os.environ["PGEMBED_HOME"] = home
-        from pgembed import embedded
+        yield embedded_server(Path(home))
 
-        yield embedded.url()
+
+def embedded_server(home: Path) -> str:
+    """Start the embedded server in `home` (made reachable for its OS user); its URL."""
+    home.chmod(0o755)  # the embedded server runs as its own OS user: it must reach its data
+    os.environ["PGEMBED_HOME"] = str(home)
+    for var in ("PGEMBED_DATABASE_URL", "DATABASE_URL"):
+        os.environ.pop(var, None)
+    from pgembed import embedded
+
+    return embedded.url()
 
 
 def create_reviews(conn: psycopg.Connection, texts: list[str], table: str = "reviews") -> None:

@@ -25,7 +25,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pgembed import catalog, db, evaluate, loader, migrate, models, tune, worker
+from bench.env import embedded_server
+from pgembed import batching, catalog, db, evaluate, loader, migrate, models, tune, worker
 
 REPO = Path(__file__).resolve().parent.parent
 # MTEB results, sentence-transformers/all-MiniLM-L6-v2, SciFact test split (see SOURCE.md).
@@ -40,7 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database-url", help="default: a fresh embedded server")
     parser.add_argument("--home", type=Path, help="reuse this PGEMBED_HOME (e.g. a previous run's)")
     parser.add_argument("--out", type=Path, default=REPO / "bench/results/scifact.json")
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=batching.CPU_CLAIM_SIZE,
+        help="keys claimed at once, as `pgembed sync --batch-size`",
+    )
     parser.add_argument(
         "--precision",
         default="fp32",
@@ -123,15 +129,8 @@ def _evaluate(
 
 
 def _embedded_server(home: Path | None) -> str:
-    if home is None:
-        home = Path(tempfile.mkdtemp(prefix="pgembed-bench-"))
-        home.chmod(0o755)  # the embedded server runs as its own OS user: it must reach its data
-    os.environ["PGEMBED_HOME"] = str(home)
-    for var in ("PGEMBED_DATABASE_URL", "DATABASE_URL"):
-        os.environ.pop(var, None)
-    from pgembed import embedded
-
-    return embedded.url()
+    """In `home`, or in a new directory kept after the run (`--home` reuses it)."""
+    return embedded_server(home or Path(tempfile.mkdtemp(prefix="pgembed-bench-")))
 
 
 def _machine() -> dict[str, Any]:

@@ -87,16 +87,24 @@ def create_fulltext_index(
 
 def drop_invalid_fulltext_index(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """A failed CREATE INDEX CONCURRENTLY leaves an invalid index that IF NOT EXISTS would keep."""
+    if index_valid(conn, spec.table_schema, fulltext_index_name(spec)) is False:
+        drop_concurrently(conn, spec.table_schema, fulltext_index_name(spec))
+
+
+def index_valid(conn: psycopg.Connection, schema: str, name: str) -> bool | None:
+    """True for a usable index, False for one an interrupted build left invalid, None if none."""
     row = conn.execute(
-        "SELECT NOT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)",
-        (sql.Identifier(spec.table_schema, fulltext_index_name(spec)).as_string(conn),),
+        "SELECT indisvalid FROM pg_index "
+        "WHERE indexrelid = to_regclass(format('%%I.%%I', %s::text, %s::text))",
+        (schema, name),
     ).fetchone()
-    if row and row[0]:
-        conn.execute(
-            sql.SQL("DROP INDEX CONCURRENTLY {}").format(
-                sql.Identifier(spec.table_schema, fulltext_index_name(spec))
-            )
-        )
+    return None if row is None else bool(row[0])
+
+
+def drop_concurrently(conn: psycopg.Connection, schema: str, name: str) -> None:
+    conn.execute(
+        sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(schema, name))
+    )
 
 
 def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:

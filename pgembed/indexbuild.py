@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import psycopg
-from psycopg import sql
 
 from . import catalog, db, ddl, switch
 from .catalog import ModelSpec
@@ -66,12 +65,12 @@ def build(
     by an interrupted CREATE INDEX CONCURRENTLY, is dropped and built again.
     """
     with db.connection(url) as conn:  # autocommit: CONCURRENTLY refuses a transaction block
-        valid = index_valid(conn, spec.table_schema, name)
+        valid = ddl.index_valid(conn, spec.table_schema, name)
         if valid:
             return True
         if valid is False:
             log.info("dropping invalid index %s left by an interrupted build", name)
-            drop_concurrently(conn, spec.table_schema, name)
+            ddl.drop_concurrently(conn, spec.table_schema, name)
         conn.execute(
             "SELECT set_config('maintenance_work_mem', %s, false), "
             "set_config('max_parallel_maintenance_workers', %s, false)",
@@ -88,22 +87,6 @@ def build(
         finally:
             watcher.finish()
     return True
-
-
-def index_valid(conn: psycopg.Connection, schema: str, name: str) -> bool | None:
-    """True for a usable index, False for one an interrupted build left invalid, None if none."""
-    row = conn.execute(
-        "SELECT indisvalid FROM pg_index "
-        "WHERE indexrelid = to_regclass(format('%%I.%%I', %s::text, %s::text))",
-        (schema, name),
-    ).fetchone()
-    return None if row is None else bool(row[0])
-
-
-def drop_concurrently(conn: psycopg.Connection, schema: str, name: str) -> None:
-    conn.execute(
-        sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(schema, name))
-    )
 
 
 def rebuild(
@@ -132,8 +115,8 @@ def rebuild(
     )
     temporary = temporary_name(spec)
     with db.connection(url) as conn:
-        if index_valid(conn, spec.table_schema, temporary) is not None:
-            drop_concurrently(conn, spec.table_schema, temporary)  # a leftover of another run
+        if ddl.index_valid(conn, spec.table_schema, temporary) is not None:
+            ddl.drop_concurrently(conn, spec.table_schema, temporary)  # a leftover of another run
     if not build(url, wanted, temporary, settings, on_progress, stop):
         return None
     with db.connection(url) as conn:

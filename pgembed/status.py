@@ -8,7 +8,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from . import catalog, ddl, indexbuild, reindex, source
+from . import catalog, ddl, reindex, source
 from .catalog import ModelSpec
 
 # Workers that missed this many seconds of heartbeats are not shown as live.
@@ -109,9 +109,7 @@ def reindex_status(conn: psycopg.Connection, shadow: ModelSpec) -> dict[str, Any
         "rows_embedded": done.embedded,
         "rows_total": done.total,
         "queued": done.queued,
-        "index_built": bool(
-            indexbuild.index_valid(conn, shadow.table_schema, ddl.index_name(shadow))
-        ),
+        "index_built": bool(ddl.index_valid(conn, shadow.table_schema, ddl.index_name(shadow))),
     }
 
 

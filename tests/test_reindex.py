@@ -17,7 +17,7 @@ import pytest
 from pgvector import Vector
 
 from helpers import cli
-from pgembed import batch, catalog, db, embedder, indexbuild, models, reindex, search, worker
+from pgembed import batch, catalog, db, ddl, embedder, indexbuild, models, reindex, search, worker
 
 SUBJECTS = ["battery", "charger", "screen", "speaker", "keyboard", "camera", "headset", "parcel"]
 VERDICTS = [
@@ -396,7 +396,7 @@ def test_index_only_rebuild_records_new_parameters(
         "SELECT indexdef FROM pg_indexes WHERE indexname = 'pgembed_minilm_hnsw'"
     ).fetchone() or (None,)
     assert indexdef is not None and "m='8'" in indexdef and "ef_construction='32'" in indexdef
-    assert indexbuild.index_valid(conn, "public", "pgembed_minilm_hnsw") is True
+    assert ddl.index_valid(conn, "public", "pgembed_minilm_hnsw") is True
     _, indexes, _ = objects(conn)
     assert indexes == {"docs_pkey", "pgembed_minilm_hnsw"}
     spec = catalog.get(conn, "minilm")
