@@ -86,8 +86,8 @@ def search(s: Search) -> str:
     )
     return "\n".join(
         [
-            f"| g. search, {s.rows:,} rows, {s.queries} queries x {s.passes} (alternating), "
-            "k=10 | p50 ms | p95 ms | note |",
+            f"| g. search, {s.rows:,} rows, {s.queries} queries x {s.passes} passes "
+            "(taking turns), k=10 | p50 ms | p95 ms | note |",
             "| --- | ---: | ---: | --- |",
             f"| raw `ORDER BY embedding <=> q LIMIT 10` | {s.raw_p50_ms:.2f} | "
             f"{s.raw_p95_ms:.2f} | |",

@@ -29,21 +29,22 @@ class Search:
     recall_at_10: float
 
 
-PASSES = 3
+PASSES = 4
 
 
 def _latencies(
     conn: psycopg.Connection, statements: list[str], vectors: np.ndarray, passes: int = PASSES
 ) -> list[list[float]]:
-    """Milliseconds per statement, the statements alternating query by query, so that the
-    machine's drift over the run weighs on each of them alike."""
+    """Milliseconds per statement: passes over every query vector, the statements taking turns
+    pass by pass (and in turn going first), so that the machine's drift over the run weighs on
+    each alike and neither runs a vector whose index pages the other has just read."""
     out: list[list[float]] = [[] for _ in statements]
-    for _ in range(passes):
-        for vec in vectors:
-            for times, sql in zip(out, statements, strict=True):
+    for n in range(passes):
+        for i in range(len(statements)) if n % 2 == 0 else reversed(range(len(statements))):
+            for vec in vectors:
                 started = time.perf_counter()
-                conn.execute(sql, (Vector(vec),), prepare=True).fetchall()  # type: ignore[arg-type]
-                times.append((time.perf_counter() - started) * 1000)
+                conn.execute(statements[i], (Vector(vec),), prepare=True).fetchall()  # type: ignore[arg-type]
+                out[i].append((time.perf_counter() - started) * 1000)
     return out
 
 
