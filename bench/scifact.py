@@ -55,7 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mean-only", action="store_true", help="skip the CLS-pooling model")
     args = parser.parse_args(argv)
     chosen = MODELS[:1] if args.mean_only else MODELS
-    url = args.database_url or _embedded_server(args.home)
+    # A new PGEMBED_HOME is kept after the run, for `--home` to reuse.
+    url = args.database_url or embedded_server(
+        args.home or Path(tempfile.mkdtemp(prefix="pgembed-bench-"))
+    )
 
     with db.connection(url) as conn:
         migrate.migrate(conn)
@@ -126,11 +129,6 @@ def _evaluate(
         "tuned_ef_search": dataclasses.asdict(after),
         "ef_search_200": dataclasses.asdict(wide),
     }
-
-
-def _embedded_server(home: Path | None) -> str:
-    """In `home`, or in a new directory kept after the run (`--home` reuses it)."""
-    return embedded_server(home or Path(tempfile.mkdtemp(prefix="pgembed-bench-")))
 
 
 def _machine() -> dict[str, Any]:
