@@ -68,10 +68,10 @@ def main(argv: list[str] | None = None) -> int:
                 results["throughput"] = tp
                 print(report.throughput(tp), flush=True)
             if "search" in only:
-                from pgembed import catalog
+                from pgembed.catalog import registry
 
                 with database.connect() as conn:
-                    spec = catalog.get(conn, "minilm")
+                    spec = registry.get(conn, "minilm")
                 results["search"] = search.measure(database, spec, queries)
                 print(report.search(results["search"]), flush=True)  # type: ignore[arg-type]
             if "latency" in only:

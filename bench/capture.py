@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import psycopg
 
 from bench.env import Database, generated_corpus, median, timed
-from pgembed import models
+from pgembed.lifecycle import models
 
 
 @dataclass(frozen=True)

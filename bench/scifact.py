@@ -26,7 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.env import embedded_server
-from pgembed import batching, catalog, db, evaluate, loader, migrate, models, tune, worker
+from pgembed import db, loader, migrate
+from pgembed.catalog import registry
+from pgembed.encode import batches
+from pgembed.lifecycle import models
+from pgembed.search import evaluate, tune
+from pgembed.sync import worker
 
 REPO = Path(__file__).resolve().parent.parent
 # MTEB results, sentence-transformers/all-MiniLM-L6-v2, SciFact test split (see SOURCE.md).
@@ -44,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--batch-size",
         type=int,
-        default=batching.CPU_CLAIM_SIZE,
+        default=batches.CPU_CLAIM_SIZE,
         help="keys claimed at once, as `pgembed sync --batch-size`",
     )
     parser.add_argument(
@@ -73,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         timings["load_seconds"] = time.monotonic() - started
         for name, pooling in chosen:
-            if not catalog.exists(conn, name):
+            if not registry.exists(conn, name):
                 request = models.AddRequest(
                     name, TABLE, "text", pooling=pooling, precision=args.precision
                 )
@@ -95,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     with db.connection(url) as conn:
         for name, pooling in chosen:
             results[name] = _evaluate(conn, name, pooling, queries, qrels)
-            results[name]["precision"] = catalog.get(conn, name).precision
+            results[name]["precision"] = registry.get(conn, name).precision
     report = {
         "dataset": "BEIR SciFact, test split (300 queries, 5,183 documents)",
         "published": {"model": "sentence-transformers/all-MiniLM-L6-v2", "k": 10, **PUBLISHED},
@@ -116,12 +121,12 @@ def _evaluate(
     conn: Any, name: str, pooling: str, queries: dict[str, str], qrels: evaluate.Qrels
 ) -> dict[str, Any]:
     tune.record(conn, name, 200)
-    wide = evaluate.evaluate(conn, catalog.get(conn, name), queries, qrels, k=10)
+    wide = evaluate.evaluate(conn, registry.get(conn, name), queries, qrels, k=10)
     tune.record(conn, name, None)  # pgvector's default ef_search (40)
-    default = evaluate.evaluate(conn, catalog.get(conn, name), queries, qrels, k=10)
+    default = evaluate.evaluate(conn, registry.get(conn, name), queries, qrels, k=10)
     texts = [queries[q] for q in qrels if q in queries]
-    tuned = tune.tune(conn, catalog.get(conn, name), 0.99, 10, texts, sample=len(texts))
-    after = evaluate.evaluate(conn, catalog.get(conn, name), queries, qrels, k=10)
+    tuned = tune.tune(conn, registry.get(conn, name), 0.99, 10, texts, sample=len(texts))
+    after = evaluate.evaluate(conn, registry.get(conn, name), queries, qrels, k=10)
     return {
         "pooling": pooling,
         "default_ef_search": dataclasses.asdict(default),

@@ -10,8 +10,9 @@ import psycopg
 from pgvector import Vector
 
 from bench.env import Database, median, percentile
-from pgembed import embedder, models
-from pgembed.catalog import ModelSpec
+from pgembed.catalog.registry import ModelSpec
+from pgembed.encode import embedder
+from pgembed.lifecycle import models
 
 RAW = "SELECT id FROM reviews ORDER BY embedding_minilm <=> %s LIMIT 10"
 HELPER = "SELECT key FROM pgembed.search('minilm', %s, 10)"

@@ -11,8 +11,11 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from bench.env import Database, create_reviews, median, timed
-from pgembed import ddl, embedder, models, worker
-from pgembed.catalog import ModelSpec
+from pgembed.catalog import ddl
+from pgembed.catalog.registry import ModelSpec
+from pgembed.encode import embedder
+from pgembed.lifecycle import models
+from pgembed.sync import worker
 
 # all-MiniLM-L6-v2: 6 layers x (4*384*384 + 2*384*1536) multiply-adds = 21.2 MFLOP per token.
 FLOP_PER_TOKEN = 21.2e6

@@ -16,7 +16,11 @@ import sqlalchemy as sa
 from pgvector.sqlalchemy import Vector
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from pgembed import catalog, db, migrate, models, orm, worker
+from pgembed import db, migrate
+from pgembed.catalog import registry
+from pgembed.contrib import sqlalchemy as orm
+from pgembed.lifecycle import models
+from pgembed.sync import worker
 
 
 class Base(DeclarativeBase):
@@ -70,7 +74,7 @@ def setup(url: str, engine: sa.Engine) -> None:
     with engine.begin() as conn:
         conn.execute(sa.text(CREATE_TABLE))
     with db.connection(url) as conn:
-        if not catalog.exists(conn, "minilm"):
+        if not registry.exists(conn, "minilm"):
             models.add(conn, models.AddRequest("minilm", "app_reviews", "body"))
     with Session(engine) as session, session.begin():
         for key, product, rating, body in REVIEWS:

@@ -1,3 +1,3 @@
-from .cli import main
+from pgembed.cli.main import main
 
 main()

@@ -14,10 +14,14 @@ from types import TracebackType
 
 import psycopg
 
-from . import catalog, db, embedder, migrate, models, search
-from .embedder import Vectors
-from .errors import UsageError
-from .search import Filter, Hit, HybridHit
+from pgembed import db, migrate
+from pgembed.catalog import registry
+from pgembed.encode import embedder
+from pgembed.encode.embedder import Vectors
+from pgembed.errors import UsageError
+from pgembed.lifecycle import models
+from pgembed.search import helpers
+from pgembed.search.helpers import Filter, Hit, HybridHit
 
 
 class Client:
@@ -45,8 +49,8 @@ class Client:
     ) -> list[Hit]:
         """The k rows nearest to `text`, nearest first (pgembed.search)."""
         with self._connection() as conn:
-            spec = catalog.get(conn, model)
-            return search.query(conn, spec, text, k, filter, ef_search=ef_search)
+            spec = registry.get(conn, model)
+            return helpers.query(conn, spec, text, k, filter, ef_search=ef_search)
 
     def similar(
         self,
@@ -59,8 +63,8 @@ class Client:
     ) -> list[Hit]:
         """The k rows nearest to the row with this key, itself excluded (pgembed.similar)."""
         with self._connection() as conn:
-            spec = catalog.get(conn, model)
-            return search.similar(conn, spec, key, k, filter, ef_search=ef_search)
+            spec = registry.get(conn, model)
+            return helpers.similar(conn, spec, key, k, filter, ef_search=ef_search)
 
     def hybrid_search(
         self,
@@ -73,15 +77,15 @@ class Client:
     ) -> list[HybridHit]:
         """Vector and full-text rankings of `text`, fused by rank (pgembed.hybrid_search)."""
         with self._connection() as conn:
-            spec = catalog.get(conn, model)
-            return search.hybrid(conn, spec, text, k, filter, ef_search=ef_search)
+            spec = registry.get(conn, model)
+            return helpers.hybrid(conn, spec, text, k, filter, ef_search=ef_search)
 
     def embed(self, model: str, texts: Sequence[str], *, queries: bool = False) -> Vectors:
         """Vectors (one row per text) exactly as the model embeds rows, or queries if `queries`."""
         if isinstance(texts, str):
             raise UsageError("embed() takes a list of texts, not one string")
         with self._connection() as conn:
-            spec = catalog.get(conn, model)
+            spec = registry.get(conn, model)
         encoder = embedder.get(models.settings_of(spec))
         texts = list(texts)
         return encoder.encode_queries(texts) if queries else encoder.encode_documents(texts)
@@ -102,7 +106,7 @@ class Client:
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection]:
-        with search.errors(), self._pool.connection() as conn:
+        with helpers.errors(), self._pool.connection() as conn:
             if not self._schema_checked.is_set():
                 migrate.require_current(conn)
                 self._schema_checked.set()

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import platformdirs
 
-from .errors import ConfigError
+from pgembed.errors import ConfigError
 
 URL_ENV_VARS = ("PGEMBED_DATABASE_URL", "DATABASE_URL")
 

@@ -9,8 +9,8 @@ from contextlib import contextmanager, suppress
 import psycopg
 from pgvector.psycopg import register_vector
 
-from . import config, embedded
-from .errors import ConfigError, DatabaseError
+from pgembed import config, embedded
+from pgembed.errors import ConfigError, DatabaseError
 
 APPLICATION_NAME = "pgembed"
 

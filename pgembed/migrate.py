@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psycopg
 
-from .errors import DatabaseError, SchemaError
+from pgembed.errors import DatabaseError, SchemaError
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")

@@ -115,7 +115,9 @@ def clone(server_url: str, template: str, prefix: str) -> Iterator[str]:
 def shop_template(server_url: str, template_url: str) -> str:
     """Once per session: the 324 sample reviews (id, product, category, rating, text), embedded
     by model `minilm` (all-MiniLM-L6-v2, mean pooling) with its full-text index."""
-    from pgembed import demo, models, worker
+    from pgembed import demo
+    from pgembed.lifecycle import models
+    from pgembed.sync import worker
 
     url = build_template(server_url, SHOP_TEMPLATE)
     with db.connection(url) as conn:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 import psycopg
 
-from pgembed import embedder
+from pgembed.encode import embedder
 
 
 def start_sync(db_url: str, *args: str) -> subprocess.Popen[str]:

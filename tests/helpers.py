@@ -14,8 +14,9 @@ import psycopg
 from click.testing import CliRunner, Result
 from pgvector import Vector
 
-from pgembed import catalog, models
-from pgembed.cli import main
+from pgembed.catalog import registry
+from pgembed.cli.main import main
+from pgembed.lifecycle import models
 
 REVIEWS = [
     (1, "The battery dies before lunch, I have to charge it twice a day."),
@@ -50,7 +51,7 @@ def run_cli(
 
 def make_items(
     conn: psycopg.Connection, rows: int = 3000, rare_every: int = 50
-) -> catalog.ModelSpec:
+) -> registry.ModelSpec:
     """`items` (id, body, bucket, note) watched by model `minilm`, with random unit vectors
     written directly: big enough for the planner to pick the HNSW index, without embedding
     thousands of texts. `bucket = 'rare'` on every `rare_every`-th row (2 % by default);

@@ -3,7 +3,9 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from pgembed import db, models, worker
+from pgembed import db
+from pgembed.lifecycle import models
+from pgembed.sync import worker
 
 
 @pytest.fixture

@@ -11,8 +11,13 @@ import psycopg
 import pytest
 from pgvector import Vector
 
-from pgembed import Client, Hit, HybridHit, catalog, db, embedder, models, search, worker
+from pgembed import Client, Hit, HybridHit, db
+from pgembed.catalog import registry
+from pgembed.encode import embedder
 from pgembed.errors import NotFoundError, SchemaError, UsageError
+from pgembed.lifecycle import models
+from pgembed.search import helpers
+from pgembed.sync import worker
 
 QUERY = "phone battery does not last the day"
 
@@ -27,7 +32,7 @@ def test_search_returns_hits_with_text_like_the_sql_helper(client: Client, shop_
     hits = client.search("minilm", QUERY, k=5)
     assert len(hits) == 5 and all(isinstance(h, Hit) for h in hits)
     with db.connection(shop_url) as conn:
-        spec = catalog.get(conn, "minilm")
+        spec = registry.get(conn, "minilm")
         q = Vector(embedder.get(models.settings_of(spec)).encode_queries([QUERY])[0])
         sql = conn.execute("SELECT * FROM pgembed.search('minilm', %s, 5)", (q,)).fetchall()
         texts = dict(conn.execute("SELECT id::text, text FROM reviews").fetchall())
@@ -96,11 +101,11 @@ def test_embed_uses_every_setting_of_the_model(reviews: psycopg.Connection, db_u
 
 def test_repeated_queries_come_from_the_cache(client: Client) -> None:
     text = "a query text nobody else asks: is the hinge sturdy?"
-    before = search.query_cache_info()
+    before = helpers.query_cache_info()
     first = client.search("minilm", text, k=3)
-    middle = search.query_cache_info()
+    middle = helpers.query_cache_info()
     second = client.search("minilm", text, k=3)
-    after = search.query_cache_info()
+    after = helpers.query_cache_info()
     assert middle.misses == before.misses + 1
     assert after.misses == middle.misses and after.hits == middle.hits + 1
     assert first == second
@@ -108,7 +113,7 @@ def test_repeated_queries_come_from_the_cache(client: Client) -> None:
 
 def test_one_model_shared_by_threads(client: Client, shop_url: str) -> None:
     with db.connection(shop_url) as conn:
-        settings = models.settings_of(catalog.get(conn, "minilm"))
+        settings = models.settings_of(registry.get(conn, "minilm"))
     loaded = embedder.get(settings)
     texts = [f"{QUERY} #{i % 3}" for i in range(12)]
     expected = [client.search("minilm", t, k=3) for t in texts]

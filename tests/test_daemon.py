@@ -20,7 +20,7 @@ from daemon_helpers import (
 )
 
 from helpers import cli
-from pgembed import models
+from pgembed.lifecycle import models
 
 
 @pytest.fixture

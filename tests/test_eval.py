@@ -10,7 +10,10 @@ import psycopg
 import pytest
 
 from helpers import cli
-from pgembed import catalog, evaluate, models, worker
+from pgembed.catalog import registry
+from pgembed.lifecycle import models
+from pgembed.search import evaluate
+from pgembed.sync import worker
 
 DOCS = {
     "d1": "The battery of this phone dies before lunch.",
@@ -90,7 +93,7 @@ def test_eval_scores_exact_and_indexed_search(
     queries, qrels = corpus
     result = evaluate.evaluate(
         conn,
-        catalog.get(conn, "minilm"),
+        registry.get(conn, "minilm"),
         evaluate.read_queries(queries),
         evaluate.read_qrels(qrels),
         k=3,
@@ -132,14 +135,14 @@ def test_tune_records_the_smallest_ef_search_meeting_the_target(
     report = json.loads(stored.output)
     # Stored vectors as queries fetch k + 1 = 11 rows (each finds itself first): ladder from 20.
     assert report["reached"] and report["ef_search"] == 20 and report["sample"] == 8
-    assert catalog.get(conn, "minilm").ef_search == 20
+    assert registry.get(conn, "minilm").ef_search == 20
     given = cli("--database-url", db_url, "tune", "minilm", "--queries", str(queries), "-k", "3")
     assert given.exit_code == 0, given.output
     assert "ef_search 10 recorded" in given.output
-    assert catalog.get(conn, "minilm").ef_search == 10
+    assert registry.get(conn, "minilm").ef_search == 10
     # eval reports the recorded value as the one its indexed search ran with.
     result = evaluate.evaluate(
-        conn, catalog.get(conn, "minilm"), evaluate.read_queries(queries), {"q1": {"d1": 1}}, 3
+        conn, registry.get(conn, "minilm"), evaluate.read_queries(queries), {"q1": {"d1": 1}}, 3
     )
     assert result.ef_search == 10
     bad = cli("--database-url", db_url, "tune", "minilm", "--target-recall", "1.5")

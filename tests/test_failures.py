@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from helpers import cli
-from pgembed import models
+from pgembed.lifecycle import models
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ from pathlib import Path
 import psycopg
 
 from helpers import cli
-from pgembed import loader, models
+from pgembed import loader
+from pgembed.lifecycle import models
 
 BEIR = [
     {"_id": "1", "title": "Aspirin", "text": "Aspirin thins the blood.", "metadata": {}},

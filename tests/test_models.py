@@ -9,11 +9,13 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from helpers import cli
-from pgembed import catalog, embedder, models
+from pgembed.catalog import registry
+from pgembed.encode import embedder
 from pgembed.errors import ModelLoadError, NotFoundError, UsageError
+from pgembed.lifecycle import models
 
 
-def add(conn: psycopg.Connection, name: str = "minilm", **kw: object) -> catalog.ModelSpec:
+def add(conn: psycopg.Connection, name: str = "minilm", **kw: object) -> registry.ModelSpec:
     request = models.AddRequest(
         name=name, table=str(kw.pop("table", "reviews")), column=str(kw.pop("column", "body")), **kw
     )  # type: ignore[arg-type]

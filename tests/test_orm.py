@@ -17,8 +17,10 @@ from alembic.migration import MigrationContext
 from pgvector.sqlalchemy import Vector
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from pgembed import db, orm, search
+from pgembed import db
+from pgembed.contrib import sqlalchemy as orm
 from pgembed.errors import NotFoundError, UsageError
+from pgembed.search import helpers
 
 ROOT = Path(__file__).parent.parent
 
@@ -96,7 +98,7 @@ def test_nearest_with_where(session: Session) -> None:
     )
     assert len(hits) == 5
     assert all(isinstance(r, Review) and r.rating >= 4 for r, _ in hits)
-    q = search.embed_query(orm.model_spec(session, "minilm"), "battery dies fast")
+    q = helpers.embed_query(orm.model_spec(session, "minilm"), "battery dies fast")
     same = exact(
         session,
         "SELECT id, 1 - (embedding_minilm <=> :q) FROM reviews WHERE rating >= 4 "

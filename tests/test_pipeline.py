@@ -7,13 +7,16 @@ import psycopg
 import pytest
 from daemon_helpers import assert_every_vector_matches_its_text, fill
 
-from pgembed import batch, batching, catalog, embedder, models, worker
+from pgembed.catalog import registry
+from pgembed.encode import batches, embedder
+from pgembed.lifecycle import models
+from pgembed.sync import batch, worker
 
 MINILM = embedder.Settings("all-MiniLM-L6-v2")
 
 
 @pytest.fixture
-def spec(reviews: psycopg.Connection) -> catalog.ModelSpec:
+def spec(reviews: psycopg.Connection) -> registry.ModelSpec:
     request = models.AddRequest("minilm", "reviews", "body", precision="fp32")
     return models.add(reviews, request)[0]
 
@@ -24,7 +27,7 @@ def demo_texts() -> list[str]:
     return [row[-1] for row in sample_rows()]
 
 
-def pad_tokens(texts: list[str], batches: list[batching.Batch]) -> int:
+def pad_tokens(texts: list[str], batches: list[batches.Batch]) -> int:
     """Pad positions as the model's own tokenizer pads each batch (attention mask zeros)."""
     tokenizer = embedder.get(MINILM)._model.tokenizer
     pads = 0
@@ -46,12 +49,12 @@ def test_sorting_by_tokens_pads_less_than_by_characters() -> None:
     texts = demo_texts()[:256]
     model = embedder.get(MINILM)
     tokens = [min(n, 256) for n in model.token_counts(texts)]
-    by_tokens = batching.plan(tokens, 16)
-    by_chars = batching.plan([len(t) for t in texts], 16)
+    by_tokens = batches.plan(tokens, 16)
+    by_chars = batches.plan([len(t) for t in texts], 16)
     unsorted = [np.arange(i, min(i + 16, len(texts))) for i in range(0, len(texts), 16)]
     pads = {name: pad_tokens(texts, b) for name, b in [
         ("tokens", by_tokens), ("chars", by_chars), ("unsorted", unsorted)]}  # fmt: skip
-    assert pads["tokens"] == batching.padding(tokens, by_tokens)  # the planner's own count is true
+    assert pads["tokens"] == batches.padding(tokens, by_tokens)  # the planner's own count is true
     # The 256 shipped reviews (7-140 word pieces): 559 pad tokens sorted by tokens, 1407 by
     # characters, 6031 unsorted, against 7217 real ones.
     assert 2 * pads["tokens"] < pads["chars"] < pads["unsorted"] / 2
@@ -60,12 +63,12 @@ def test_sorting_by_tokens_pads_less_than_by_characters() -> None:
 
 def test_plan_covers_every_text_once_longest_first() -> None:
     lengths = [5, 40, 12, 40, 7, 33, 9]
-    batches = batching.plan(lengths, 3)
-    assert sorted(int(i) for b in batches for i in b) == list(range(len(lengths)))
-    assert [len(b) for b in batches] == [3, 3, 1]
-    assert [lengths[int(i)] for b in batches for i in b] == sorted(lengths, reverse=True)
+    planned = batches.plan(lengths, 3)
+    assert sorted(int(i) for b in planned for i in b) == list(range(len(lengths)))
+    assert [len(b) for b in planned] == [3, 3, 1]
+    assert [lengths[int(i)] for b in planned for i in b] == sorted(lengths, reverse=True)
     with pytest.raises(ValueError):
-        batching.plan(lengths, 0)
+        batches.plan(lengths, 0)
 
 
 def test_sorted_encoding_returns_vectors_in_input_order() -> None:
@@ -78,14 +81,14 @@ def test_sorted_encoding_returns_vectors_in_input_order() -> None:
 
 
 def test_pipelined_worker_writes_the_same_vectors_as_the_plain_path(
-    spec: catalog.ModelSpec, reviews: psycopg.Connection, db_url: str
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
 ) -> None:
     fill(reviews, 60)
     models.add(reviews, models.AddRequest("plain", "reviews", "body", precision="fp32"))
     stats = worker.Worker(db_url, worker.Options(models=("minilm",), once=True, batch_size=7)).run()
     assert stats.written == 68
     config = batch.BatchConfig("plain-worker", batch_size=7, lease_seconds=60, max_attempts=3)
-    plain_spec = catalog.get(reviews, "plain")
+    plain_spec = registry.get(reviews, "plain")
     while batch.run_batch(reviews, plain_spec, config) is not None:
         pass
     rows = reviews.execute("SELECT embedding_minilm, embedding_plain FROM reviews").fetchall()
@@ -96,7 +99,7 @@ def test_pipelined_worker_writes_the_same_vectors_as_the_plain_path(
 
 
 def test_text_changed_while_its_batch_is_in_flight_never_keeps_a_stale_vector(
-    spec: catalog.ModelSpec, reviews: psycopg.Connection, db_url: str
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
 ) -> None:
     fill(reviews, 40)
     changed: list[str] = []
@@ -124,7 +127,7 @@ def test_text_changed_while_its_batch_is_in_flight_never_keeps_a_stale_vector(
 
 
 def test_stop_finishes_the_batch_in_hand_and_releases_the_prefetched_one(
-    spec: catalog.ModelSpec, reviews: psycopg.Connection, db_url: str
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
 ) -> None:
     fill(reviews, 40)
     w = worker.Worker(db_url, worker.Options(once=True, batch_size=4))

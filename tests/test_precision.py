@@ -14,19 +14,12 @@ import psycopg
 import pytest
 
 from helpers import cli
-from pgembed import (
-    arithmetic,
-    batch,
-    catalog,
-    db,
-    embedder,
-    hardware,
-    models,
-    precision,
-    reindex,
-    worker,
-)
+from pgembed import db
+from pgembed.catalog import registry
+from pgembed.encode import convert, embedder, hardware, precision
 from pgembed.errors import ConfigError, ModelLoadError, UsageError
+from pgembed.lifecycle import models, reindex
+from pgembed.sync import batch, worker
 
 MINILM = embedder.Settings("all-MiniLM-L6-v2")
 
@@ -176,7 +169,7 @@ def test_device_auto_is_cpu_here_and_cuda_without_a_gpu_is_one_line(db_url: str)
 def test_worker_uses_one_torch_thread_per_core_it_is_given() -> None:
     code = (
         "import os, torch; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
-        "from pgembed import hardware; print(hardware.use_all_cores(), torch.get_num_threads())"
+        "from pgembed.encode import hardware; print(hardware.use_all_cores(), torch.get_num_threads())"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
@@ -187,9 +180,9 @@ def test_worker_uses_one_torch_thread_per_core_it_is_given() -> None:
 
 def test_int8_is_cpu_only_and_unknown_precisions_are_refused() -> None:
     with pytest.raises(ModelLoadError, match="runs only on the CPU"):
-        arithmetic.apply(object(), "int8", "cuda")
+        convert.apply(object(), "int8", "cuda")
     with pytest.raises(ModelLoadError, match="unknown precision 'fp8'"):
-        arithmetic.apply(object(), "fp8", "cpu")
+        convert.apply(object(), "fp8", "cpu")
 
 
 def stored_vectors(conn: psycopg.Connection) -> dict[int, np.ndarray]:
@@ -211,10 +204,10 @@ def test_alter_precision_alone_changes_the_model_in_place(
     altered = cli(*url, "model", "alter", "minilm", "--precision", "bf16")
     assert altered.exit_code == 0, altered.output
     assert "model minilm: precision bf16: bf16 accepted: mean cosine" in altered.output
-    now = catalog.get(reviews, "minilm")
+    now = registry.get(reviews, "minilm")
     assert (now.precision, now.precision_requested, now.version) == ("bf16", "bf16", spec.version)
     assert now.precision_cosine is not None and now.precision_cosine >= precision.MIN_COSINE
-    assert catalog.shadow(reviews, "minilm") is None  # nothing to reindex
+    assert registry.shadow(reviews, "minilm") is None  # nothing to reindex
     assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
     after = stored_vectors(reviews)
     assert sorted(after) == sorted(before)
@@ -258,7 +251,7 @@ def test_alter_with_other_settings_checks_the_precision_for_the_new_version(
 ) -> None:
     models.add(reviews, models.AddRequest("minilm", "reviews", "body", precision="int8"))
     worker.Worker(db_url, worker.Options(once=True)).run()
-    old = catalog.get(reviews, "minilm")
+    old = registry.get(reviews, "minilm")
     # The requested precision goes with the new version and is measured again for its settings.
     shadow, _ = reindex.begin(reviews, "minilm", reindex.Change(pooling="cls"))
     assert (shadow.precision, shadow.precision_requested) == ("fp32", "int8")
@@ -275,7 +268,7 @@ def test_alter_with_other_settings_checks_the_precision_for_the_new_version(
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "precision bf16: bf16 accepted" in result.output
-    live = catalog.get(reviews, "minilm")
+    live = registry.get(reviews, "minilm")
     assert (live.pooling, live.precision, live.precision_requested) == ("cls", "bf16", "bf16")
     assert live.version == old.version + 1
     bodies = dict(reviews.execute("SELECT id, body FROM reviews").fetchall())

@@ -8,18 +8,22 @@ import pytest
 from pgvector import Vector
 
 from helpers import cli, plans
-from pgembed import catalog, embedder, models, search, worker
+from pgembed.catalog import registry
+from pgembed.encode import embedder
+from pgembed.lifecycle import models
+from pgembed.search import helpers
+from pgembed.sync import worker
 
 
 @pytest.fixture
-def synced(reviews: psycopg.Connection, db_url: str) -> catalog.ModelSpec:
+def synced(reviews: psycopg.Connection, db_url: str) -> registry.ModelSpec:
     request = models.AddRequest("minilm", "reviews", "body", precision="fp32")  # vs fp32 refs
     spec = models.add(reviews, request)[0]
     worker.Worker(db_url, worker.Options(once=True)).run()
     return spec
 
 
-def test_query_finds_paraphrases(synced: catalog.ModelSpec, db_url: str) -> None:
+def test_query_finds_paraphrases(synced: registry.ModelSpec, db_url: str) -> None:
     result = cli(
         "--database-url",
         db_url,
@@ -38,7 +42,7 @@ def test_query_finds_paraphrases(synced: catalog.ModelSpec, db_url: str) -> None
     assert hits[0]["similarity"] >= hits[1]["similarity"]
 
 
-def test_query_text_output(synced: catalog.ModelSpec, db_url: str) -> None:
+def test_query_text_output(synced: registry.ModelSpec, db_url: str) -> None:
     result = cli("--database-url", db_url, "query", "fresh fruit", "--model", "minilm", "-k", "3")
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
@@ -48,16 +52,16 @@ def test_query_text_output(synced: catalog.ModelSpec, db_url: str) -> None:
 
 
 def test_query_embeds_with_the_models_settings(
-    synced: catalog.ModelSpec, reviews: psycopg.Connection
+    synced: registry.ModelSpec, reviews: psycopg.Connection
 ) -> None:
-    hits = search.query(reviews, synced, "noisy train", k=8)
+    hits = helpers.query(reviews, synced, "noisy train", k=8)
     want = embedder.get(embedder.Settings("all-MiniLM-L6-v2")).encode_queries(["noisy train"])[0]
     stored = dict(reviews.execute("SELECT id::text, embedding_minilm FROM reviews").fetchall())
     for hit in hits:
         assert hit.similarity == pytest.approx(float(stored[hit.key].to_numpy() @ want), abs=1e-5)
 
 
-def test_query_uses_the_hnsw_index(synced: catalog.ModelSpec, reviews: psycopg.Connection) -> None:
+def test_query_uses_the_hnsw_index(synced: registry.ModelSpec, reviews: psycopg.Connection) -> None:
     rng = np.random.default_rng(0)
     with reviews.cursor() as cur:
         cur.executemany(
@@ -68,8 +72,8 @@ def test_query_uses_the_hnsw_index(synced: catalog.ModelSpec, reviews: psycopg.C
             ],
         )
     reviews.execute("ANALYZE reviews")
-    with plans(reviews) as found:  # search.nearest runs through pgembed.search
-        hits = search.nearest(reviews, synced, np.ones(384, dtype=np.float32), 5)
+    with plans(reviews) as found:  # helpers.nearest runs through pgembed.search
+        hits = helpers.nearest(reviews, synced, np.ones(384, dtype=np.float32), 5)
     assert len(hits) == 5
     assert any("Index Scan using pgembed_minilm_hnsw" in plan for plan in found)
 

@@ -17,7 +17,12 @@ import pytest
 from pgvector import Vector
 
 from helpers import cli
-from pgembed import batch, catalog, db, ddl, embedder, indexbuild, models, reindex, search, worker
+from pgembed import db
+from pgembed.catalog import ddl, registry
+from pgembed.encode import embedder
+from pgembed.lifecycle import indexbuild, models, reindex
+from pgembed.search import helpers
+from pgembed.sync import batch, worker
 
 SUBJECTS = ["battery", "charger", "screen", "speaker", "keyboard", "camera", "headset", "parcel"]
 VERDICTS = [
@@ -39,7 +44,7 @@ def make_table(conn: psycopg.Connection, texts: dict[int, str]) -> None:
 
 
 @pytest.fixture
-def synced(conn: psycopg.Connection, db_url: str) -> catalog.ModelSpec:
+def synced(conn: psycopg.Connection, db_url: str) -> registry.ModelSpec:
     """40 rows embedded by `minilm` (all-MiniLM-L6-v2, mean pooling)."""
     make_table(conn, TEXTS)
     spec = models.add(conn, models.AddRequest("minilm", "docs", "body"))[0]
@@ -86,7 +91,7 @@ def objects(conn: psycopg.Connection) -> tuple[set[str], set[str], set[str]]:
 
 
 def test_alter_pooling_switches_to_new_vectors_and_keeps_capturing(
-    synced: catalog.ModelSpec, conn: psycopg.Connection, db_url: str
+    synced: registry.ModelSpec, conn: psycopg.Connection, db_url: str
 ) -> None:
     result = cli("--database-url", db_url, "model", "alter", "minilm", "--pooling", "cls")
     assert result.exit_code == 0, result.output
@@ -95,14 +100,14 @@ def test_alter_pooling_switches_to_new_vectors_and_keeps_capturing(
     assert_vectors(conn, TEXTS, pooling="cls")
     mean, cls = encode([TEXTS[1]]), encode([TEXTS[1]], pooling="cls")
     assert float(mean[0] @ cls[0]) < 0.95
-    spec = catalog.get(conn, "minilm")
+    spec = registry.get(conn, "minilm")
     assert (spec.pooling, spec.version, spec.embedding_column) == ("cls", 2, "embedding_minilm")
     history = conn.execute(
         "SELECT version, pooling, activated_at IS NOT NULL FROM pgembed.model_versions "
         "WHERE name = 'minilm' ORDER BY version"
     ).fetchall()
     assert history == [(1, "mean", True), (2, "cls", True)]
-    assert [s.name for s in catalog.all_models(conn)] == ["minilm"]
+    assert [s.name for s in registry.all_models(conn)] == ["minilm"]
     columns, indexes, triggers = objects(conn)
     assert columns == {"id", "body", "stars", "embedding_minilm"}
     assert indexes == {"docs_pkey", "pgembed_minilm_hnsw"}
@@ -153,7 +158,7 @@ class Searcher(threading.Thread):
         kinds = {self.kind(key, vec.to_numpy()) for key, vec in rows}
         assert len(kinds) == 1, kinds
         self.kinds.append(kinds.pop())
-        hits = search.query(conn, catalog.get(conn, "minilm"), "battery died quickly", k=3)
+        hits = helpers.query(conn, registry.get(conn, "minilm"), "battery died quickly", k=3)
         self.empty += len(hits) < 3
         self.searches += 1
 
@@ -183,7 +188,7 @@ class ChangeRowsOnce(reindex.Reporter):
 
 
 def test_searches_never_fail_or_mix_and_changes_land_in_the_new_version(
-    synced: catalog.ModelSpec, conn: psycopg.Connection, db_url: str
+    synced: registry.ModelSpec, conn: psycopg.Connection, db_url: str
 ) -> None:
     keys = sorted(TEXTS)
     old = dict(zip(keys, encode([TEXTS[k] for k in keys]), strict=True))
@@ -274,7 +279,7 @@ def test_killed_reindex_resumes_and_status_shows_it(
 
 
 def test_second_alter_is_refused_abort_drops_the_shadow(
-    synced: catalog.ModelSpec, conn: psycopg.Connection, db_url: str
+    synced: registry.ModelSpec, conn: psycopg.Connection, db_url: str
 ) -> None:
     same = cli("--database-url", db_url, "model", "alter", "minilm", "--pooling", "mean")
     assert same.exit_code == 2 and "already has these settings" in same.output
@@ -306,7 +311,7 @@ def test_second_alter_is_refused_abort_drops_the_shadow(
 
 
 def test_sync_daemons_fill_the_shadow_and_reindex_switches(
-    synced: catalog.ModelSpec, conn: psycopg.Connection, db_url: str
+    synced: registry.ModelSpec, conn: psycopg.Connection, db_url: str
 ) -> None:
     alter = ["model", "alter", "minilm", "--max-seq-length", "8", "--no-wait"]
     assert cli("--database-url", db_url, *alter).exit_code == 0
@@ -317,12 +322,12 @@ def test_sync_daemons_fill_the_shadow_and_reindex_switches(
     assert status["reindex"]["rows_embedded"] == 40 and not status["reindex"]["index_built"]
     done = cli("--database-url", db_url, "reindex", "minilm")
     assert done.exit_code == 0, done.output
-    assert catalog.get(conn, "minilm").max_seq_length == 8
+    assert registry.get(conn, "minilm").max_seq_length == 8
     assert_vectors(conn, TEXTS, max_seq_length=8)
 
 
 def test_stale_worker_releases_its_batch_instead_of_writing_old_vectors(
-    synced: catalog.ModelSpec, conn: psycopg.Connection, db_url: str
+    synced: registry.ModelSpec, conn: psycopg.Connection, db_url: str
 ) -> None:
     reindex.begin(conn, "minilm", reindex.Change(pooling="cls"))
     assert reindex.Reindex(db_url, "minilm", reindex.Options()).run() is not None
@@ -354,13 +359,13 @@ def narrow_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
 
 
 def test_alter_to_a_checkpoint_of_other_dimensions(
-    synced: catalog.ModelSpec, conn: psycopg.Connection, db_url: str, narrow_checkpoint: Path
+    synced: registry.ModelSpec, conn: psycopg.Connection, db_url: str, narrow_checkpoint: Path
 ) -> None:
     result = cli(
         "--database-url", db_url, "model", "alter", "minilm", "--model", str(narrow_checkpoint)
     )
     assert result.exit_code == 0, result.output
-    spec = catalog.get(conn, "minilm")
+    spec = registry.get(conn, "minilm")
     assert (spec.dimensions, spec.model_ref, spec.pooling) == (128, str(narrow_checkpoint), "mean")
     typ = conn.execute(
         "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
@@ -372,16 +377,16 @@ def test_alter_to_a_checkpoint_of_other_dimensions(
         [TEXTS[k] for k in sorted(TEXTS)]
     )
     np.testing.assert_allclose(np.stack([got[k] for k in sorted(TEXTS)]), want, atol=1e-5)
-    hits = search.query(conn, spec, TEXTS[7], k=1)
+    hits = helpers.query(conn, spec, TEXTS[7], k=1)
     assert hits[0].key == "7"
     # A caller still holding the 384-dimension spec from before the switch gets the same answer.
-    assert search.query(conn, synced, TEXTS[7], k=1) == hits
+    assert helpers.query(conn, synced, TEXTS[7], k=1) == hits
     assert cli("--database-url", db_url, "model", "fulltext", "minilm").exit_code == 0
-    assert [h.key for h in search.hybrid(conn, synced, TEXTS[7], k=1)] == ["7"]
+    assert [h.key for h in helpers.hybrid(conn, synced, TEXTS[7], k=1)] == ["7"]
 
 
 def test_index_only_rebuild_records_new_parameters(
-    synced: catalog.ModelSpec, conn: psycopg.Connection, db_url: str
+    synced: registry.ModelSpec, conn: psycopg.Connection, db_url: str
 ) -> None:
     before = stored(conn)
     # A leftover of an interrupted rebuild is replaced, not a reason to fail.
@@ -399,18 +404,18 @@ def test_index_only_rebuild_records_new_parameters(
     assert ddl.index_valid(conn, "public", "pgembed_minilm_hnsw") is True
     _, indexes, _ = objects(conn)
     assert indexes == {"docs_pkey", "pgembed_minilm_hnsw"}
-    spec = catalog.get(conn, "minilm")
+    spec = registry.get(conn, "minilm")
     assert (spec.hnsw_m, spec.hnsw_ef_construction, spec.version) == (8, 32, 1)
     assert conn.execute(
         "SELECT hnsw_m, hnsw_ef_construction FROM pgembed.model_versions WHERE name = 'minilm'"
     ).fetchall() == [(8, 32)]
     after = stored(conn)
     assert all(np.array_equal(before[k], after[k]) for k in before)
-    assert search.query(conn, spec, TEXTS[3], k=1)[0].key == "3"
+    assert helpers.query(conn, spec, TEXTS[3], k=1)[0].key == "3"
 
 
 def test_index_build_reports_progress(
-    synced: catalog.ModelSpec, conn: psycopg.Connection, db_url: str
+    synced: registry.ModelSpec, conn: psycopg.Connection, db_url: str
 ) -> None:
     # Enough rows that the build outlives a few polls of pg_stat_progress_create_index.
     vectors = np.random.default_rng(0).standard_normal((1500, 384)).astype(np.float32)
@@ -420,7 +425,7 @@ def test_index_build_reports_progress(
             [(1000 + i, Vector(v)) for i, v in enumerate(vectors)],
         )
     samples: list[indexbuild.Progress] = []
-    spec = catalog.get(conn, "minilm")
+    spec = registry.get(conn, "minilm")
     built = indexbuild.build(
         db_url,
         spec,

@@ -9,7 +9,10 @@ import psycopg
 import pytest
 
 from helpers import REVIEWS
-from pgembed import db, embedder, models, worker
+from pgembed import db
+from pgembed.encode import embedder
+from pgembed.lifecycle import models
+from pgembed.sync import worker
 
 # Legal identifiers (names.py accepts `$`) that would end a dollar-quoted function body early.
 TABLE, TEXT, KEY = "Odd$body$Table", "Text$body$", "Key$fn$"

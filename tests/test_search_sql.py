@@ -14,7 +14,9 @@ import pytest
 from pgvector import Vector
 
 from helpers import cli, plans
-from pgembed import catalog, db, search
+from pgembed import db
+from pgembed.catalog import registry
+from pgembed.search import helpers
 
 BATTERY = "the battery dies before lunch"
 
@@ -32,7 +34,7 @@ def items(items_url: str) -> Iterator[psycopg.Connection]:
 
 
 def qvec(conn: psycopg.Connection, text: str) -> Vector:
-    return Vector(search.embed_query(catalog.get(conn, "minilm"), text))
+    return Vector(helpers.embed_query(registry.get(conn, "minilm"), text))
 
 
 def random_query(seed: int = 1) -> Vector:

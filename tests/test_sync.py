@@ -10,11 +10,14 @@ import psycopg
 import pytest
 
 from helpers import REVIEWS, cli
-from pgembed import catalog, embedder, models, queue, source, worker, writer
+from pgembed.catalog import registry
+from pgembed.encode import embedder
+from pgembed.lifecycle import models
+from pgembed.sync import queue, source, worker, writer
 
 
 @pytest.fixture
-def spec(reviews: psycopg.Connection) -> catalog.ModelSpec:
+def spec(reviews: psycopg.Connection) -> registry.ModelSpec:
     request = models.AddRequest("minilm", "reviews", "body", precision="fp32")  # vs fp32 refs
     return models.add(reviews, request)[0]
 
@@ -29,7 +32,7 @@ def expected(texts: list[str]) -> np.ndarray:
 
 
 def test_sync_once_embeds_every_row_with_the_models_vector(
-    spec: catalog.ModelSpec, reviews: psycopg.Connection, db_url: str
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
 ) -> None:
     result = cli("--database-url", db_url, "sync", "--once", "--batch-size", "3")
     assert result.exit_code == 0, result.output
@@ -42,7 +45,7 @@ def test_sync_once_embeds_every_row_with_the_models_vector(
 
 
 def test_vector_is_not_written_when_text_changed_during_embedding(
-    spec: catalog.ModelSpec, reviews: psycopg.Connection
+    spec: registry.ModelSpec, reviews: psycopg.Connection
 ) -> None:
     claims = queue.claim(reviews, "minilm", "w1", 10, 60)
     rows = source.read(reviews, spec, [c.key for c in claims])
@@ -58,7 +61,7 @@ def test_vector_is_not_written_when_text_changed_during_embedding(
 
 
 def test_in_flight_update_ends_with_the_new_texts_vector(
-    spec: catalog.ModelSpec, reviews: psycopg.Connection, db_url: str
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
 ) -> None:
     claims = queue.claim(reviews, "minilm", "w1", 10, 60)
     reviews.execute("UPDATE reviews SET body = 'rewritten while in flight' WHERE id = 3")
@@ -78,7 +81,7 @@ def test_in_flight_update_ends_with_the_new_texts_vector(
 
 
 def test_blank_text_gets_no_vector_and_leaves_the_queue(
-    spec: catalog.ModelSpec, reviews: psycopg.Connection, db_url: str
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
 ) -> None:
     # Enqueue rows whose text is blank by hand (e.g. emptied after being queued).
     reviews.execute("INSERT INTO reviews VALUES (50, 'x', 1)")
@@ -92,7 +95,7 @@ def test_blank_text_gets_no_vector_and_leaves_the_queue(
 
 
 def test_long_text_is_truncated_and_counted(
-    spec: catalog.ModelSpec, reviews: psycopg.Connection, db_url: str
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
 ) -> None:
     long_text = "The battery life is disappointing. " * 120
     reviews.execute("INSERT INTO reviews VALUES (60, %s, 1), (61, %s, 1)", (long_text, long_text))
@@ -109,7 +112,7 @@ def test_long_text_is_truncated_and_counted(
     assert reviews.execute("SELECT count(*) FROM pgembed.truncated").fetchone() == (1,)
 
 
-def test_status_reports_progress(spec: catalog.ModelSpec, db_url: str) -> None:
+def test_status_reports_progress(spec: registry.ModelSpec, db_url: str) -> None:
     import json
 
     before = json.loads(cli("--database-url", db_url, "status", "--json").output)[0]
@@ -135,7 +138,7 @@ def test_status_reports_progress(spec: catalog.ModelSpec, db_url: str) -> None:
 
 
 def test_daemon_wakes_on_notify_and_exits_zero_on_sigterm(
-    spec: catalog.ModelSpec, reviews: psycopg.Connection, db_url: str
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
 ) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "pgembed", "--database-url", db_url, "sync", "--poll-seconds", "60"],

@@ -1,0 +1,181 @@
+"""Per-model database objects on the watched table: vector column, HNSW index, capture triggers.
+
+Every user identifier goes through psycopg.sql.Identifier; every value is a bound parameter.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import sql
+
+from pgembed.catalog.registry import ModelSpec
+from pgembed.sync.source import table as _table
+
+# The text search configuration of the full-text index; the SQL helpers in migrations/0002 use
+# the same expression, to_tsvector('english', text), so the planner can match it to the index.
+FULLTEXT_CONFIG = "english"
+
+
+def index_name(spec: ModelSpec) -> str:
+    return f"pgembed_{spec.name}_hnsw"
+
+
+def fulltext_index_name(spec: ModelSpec) -> str:
+    return f"pgembed_{spec.name}_fts"
+
+
+def trigger_names(spec: ModelSpec) -> list[str]:
+    return [f"pgembed_{spec.name}_{event}" for event in ("ins", "upd", "del", "trunc")]
+
+
+def create(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """Column, index and triggers; run inside the caller's transaction."""
+    add_column(conn, spec)
+    create_index(conn, spec)
+    create_triggers(conn, spec)
+
+
+def add_column(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """The model's vector column, of its dimensions."""
+    conn.execute(
+        sql.SQL("ALTER TABLE {} ADD COLUMN {} vector({})").format(
+            _table(spec), sql.Identifier(spec.embedding_column), sql.Literal(spec.dimensions)
+        )
+    )
+
+
+def create_index(
+    conn: psycopg.Connection,
+    spec: ModelSpec,
+    *,
+    concurrently: bool = False,
+    name: str | None = None,
+) -> None:
+    """The model's HNSW index, under `name` when a rebuild needs a temporary one."""
+    conn.execute(
+        sql.SQL(
+            "CREATE INDEX {concurrently} {name} ON {table} USING hnsw ({column} vector_cosine_ops) "
+            "WITH (m = {m}, ef_construction = {ef})"
+        ).format(
+            concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""),
+            name=sql.Identifier(name or index_name(spec)),
+            table=_table(spec),
+            column=sql.Identifier(spec.embedding_column),
+            m=sql.Literal(spec.hnsw_m),
+            ef=sql.Literal(spec.hnsw_ef_construction),
+        )
+    )
+
+
+def create_fulltext_index(
+    conn: psycopg.Connection, spec: ModelSpec, *, concurrently: bool = False
+) -> None:
+    """The GIN index hybrid search needs: an expression index on to_tsvector('english', text)."""
+    conn.execute(
+        sql.SQL(
+            "CREATE INDEX {concurrently} IF NOT EXISTS {name} ON {table} "
+            "USING gin (to_tsvector({config}, {column}))"
+        ).format(
+            concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""),
+            name=sql.Identifier(fulltext_index_name(spec)),
+            table=_table(spec),
+            config=sql.Literal(FULLTEXT_CONFIG),
+            column=sql.Identifier(spec.text_column),
+        )
+    )
+
+
+def drop_invalid_fulltext_index(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """A failed CREATE INDEX CONCURRENTLY leaves an invalid index that IF NOT EXISTS would keep."""
+    if index_valid(conn, spec.table_schema, fulltext_index_name(spec)) is False:
+        drop_concurrently(conn, spec.table_schema, fulltext_index_name(spec))
+
+
+def index_valid(conn: psycopg.Connection, schema: str, name: str) -> bool | None:
+    """True for a usable index, False for one an interrupted build left invalid, None if none."""
+    row = conn.execute(
+        "SELECT indisvalid FROM pg_index "
+        "WHERE indexrelid = to_regclass(format('%%I.%%I', %s::text, %s::text))",
+        (schema, name),
+    ).fetchone()
+    return None if row is None else bool(row[0])
+
+
+def drop_concurrently(conn: psycopg.Connection, schema: str, name: str) -> None:
+    conn.execute(
+        sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(schema, name))
+    )
+
+
+def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    ins, upd, dele, trunc = (sql.Identifier(n) for n in trigger_names(spec))
+    table = _table(spec)
+    args = sql.SQL(", ").join(
+        sql.Literal(v) for v in (spec.name, spec.key_column, spec.text_column)
+    )
+    text = sql.Identifier(spec.text_column)
+    statements = [
+        sql.SQL(
+            "CREATE TRIGGER {} AFTER INSERT ON {} REFERENCING NEW TABLE AS pgembed_new "
+            "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_insert_v1({})"
+        ).format(ins, table, args),
+        sql.SQL(
+            "CREATE TRIGGER {} BEFORE UPDATE OF {} ON {} FOR EACH ROW "
+            "WHEN (OLD.{} IS DISTINCT FROM NEW.{}) "
+            "EXECUTE FUNCTION pgembed.capture_update_v1({}, {})"
+        ).format(upd, text, table, text, text, args, sql.Literal(spec.embedding_column)),
+        sql.SQL(
+            "CREATE TRIGGER {} AFTER DELETE ON {} REFERENCING OLD TABLE AS pgembed_old "
+            "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_delete_v1({})"
+        ).format(dele, table, args),
+        sql.SQL(
+            "CREATE TRIGGER {} AFTER TRUNCATE ON {} "
+            "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_truncate_v1({})"
+        ).format(trunc, table, args),
+    ]
+    for statement in statements:
+        conn.execute(statement)
+
+
+def drop_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    table = _table(spec)
+    for name in trigger_names(spec):
+        conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
+
+
+def drop(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """Remove the model's triggers, index and column; the table's other data is untouched."""
+    table = _table(spec)
+    drop_triggers(conn, spec)
+    for index in (index_name(spec), fulltext_index_name(spec)):
+        conn.execute(
+            sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(spec.table_schema, index))
+        )
+    conn.execute(
+        sql.SQL("ALTER TABLE {} DROP COLUMN IF EXISTS {}").format(
+            table, sql.Identifier(spec.embedding_column)
+        )
+    )
+    for bookkeeping in ("queue", "inbox", "failures", "truncated", "batches"):
+        conn.execute(
+            sql.SQL("DELETE FROM pgembed.{} WHERE model = %s").format(sql.Identifier(bookkeeping)),
+            (spec.name,),
+        )
+
+
+def enqueue_existing(conn: psycopg.Connection, spec: ModelSpec) -> int:
+    """Queue every row that has text; returns how many were queued."""
+    cur = conn.execute(
+        sql.SQL(
+            "INSERT INTO pgembed.queue (model, key) "
+            "SELECT %s, {key}::text FROM {table} WHERE btrim({text}) <> '' "
+            "ON CONFLICT (model, key) DO NOTHING"
+        ).format(
+            key=sql.Identifier(spec.key_column),
+            table=_table(spec),
+            text=sql.Identifier(spec.text_column),
+        ),
+        (spec.name,),
+    )
+    conn.execute("SELECT pg_notify('pgembed', %s)", (spec.name,))
+    return cur.rowcount

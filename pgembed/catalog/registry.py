@@ -1,0 +1,165 @@
+"""The model registry (`pgembed.models`): what each embedding space is and where it lives."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from pgembed.errors import NotFoundError
+
+POOLINGS = ("mean", "cls", "max")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One embedding space. Change any setting that affects vectors and it is a new space."""
+
+    name: str
+    table_schema: str
+    table_name: str
+    key_column: str
+    key_type: str
+    text_column: str
+    embedding_column: str
+    model_ref: str
+    pooling: str
+    normalize: bool
+    dimensions: int
+    max_seq_length: int
+    model_revision: str | None = None
+    query_prefix: str = ""
+    document_prefix: str = ""
+    hnsw_m: int = 16
+    hnsw_ef_construction: int = 64
+    ef_search: int | None = None
+    status: str = "active"
+    version: int = 1
+    shadow_of: str | None = None  # set on a reindex's shadow: the model it will replace
+    precision: str = "fp32"  # what every encoder of this model computes in (see precision.py)
+    precision_requested: str = "fp32"
+    precision_cosine: float | None = None  # agreement with fp32 vectors when it was checked
+    precision_note: str = ""
+
+    @property
+    def qualified_table(self) -> str:
+        return f"{self.table_schema}.{self.table_name}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_COLUMNS = [f.name for f in fields(ModelSpec)]
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM pgembed.models"
+
+
+def _spec(row: dict[str, Any]) -> ModelSpec:
+    return ModelSpec(**row)
+
+
+def get(conn: psycopg.Connection, name: str) -> ModelSpec:
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_SELECT + " WHERE name = %s", (name,)).fetchone()
+    if row is None:
+        raise NotFoundError(f"unknown model {name!r}: see `pgembed model list`")
+    return _spec(row)
+
+
+def all_models(conn: psycopg.Connection) -> list[ModelSpec]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return [_spec(row) for row in cur.execute(_SELECT + " ORDER BY name")]
+
+
+def locked(conn: psycopg.Connection, name: str) -> ModelSpec | None:
+    """The model's row, share-locked until the caller's transaction ends (None if it is gone).
+
+    A reindex switch takes these rows FOR UPDATE before it touches the table, so a writer that
+    holds this lock knows the model's column cannot change under it until it commits.
+    """
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_SELECT + " WHERE name = %s FOR SHARE", (name,)).fetchone()
+    return None if row is None else _spec(row)
+
+
+def shadow(conn: psycopg.Connection, name: str) -> ModelSpec | None:
+    """The shadow of a reindex of `name` in progress, if any."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_SELECT + " WHERE shadow_of = %s", (name,)).fetchone()
+    return None if row is None else _spec(row)
+
+
+def same_space(a: ModelSpec, b: ModelSpec) -> bool:
+    """Whether vectors made for `a` may still be written where `b` keeps its vectors."""
+    vector_fields = (
+        "embedding_column",
+        "model_ref",
+        "model_revision",
+        "pooling",
+        "normalize",
+        "dimensions",
+        "max_seq_length",
+        "document_prefix",
+        "precision",
+        "precision_requested",  # on a GPU, `auto` means its 16-bit type (precision.on_device)
+        "version",
+    )
+    return all(getattr(a, f) == getattr(b, f) for f in vector_fields)
+
+
+def exists(conn: psycopg.Connection, name: str) -> bool:
+    row = conn.execute("SELECT EXISTS (SELECT 1 FROM pgembed.models WHERE name = %s)", (name,))
+    result = row.fetchone()
+    return bool(result and result[0])
+
+
+def insert(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    values = spec.as_dict()
+    placeholders = ", ".join(f"%({c})s" for c in _COLUMNS)
+    conn.execute(
+        f"INSERT INTO pgembed.models ({', '.join(_COLUMNS)}) VALUES ({placeholders})", values
+    )
+
+
+_VERSIONED = (
+    "model_ref, model_revision, pooling, normalize, dimensions, max_seq_length, "
+    "query_prefix, document_prefix, hnsw_m, hnsw_ef_construction"
+)
+_EXCLUDED = ", ".join(f"excluded.{c.strip()}" for c in _VERSIONED.split(","))
+
+
+def record_version(conn: psycopg.Connection, spec: ModelSpec, name: str, active: bool) -> None:
+    """Keep `spec`'s settings as version `spec.version` of model `name`.
+
+    A version left by an abandoned reindex is overwritten by the next attempt at that number.
+    """
+    conn.execute(
+        f"INSERT INTO pgembed.model_versions (name, version, {_VERSIONED}, activated_at) "
+        f"SELECT %s, version, {_VERSIONED}, CASE WHEN %s THEN now() END "
+        "FROM pgembed.models WHERE name = %s ON CONFLICT (name, version) DO UPDATE SET "
+        f"({_VERSIONED}, created_at, activated_at) = ({_EXCLUDED}, now(), excluded.activated_at)",
+        (name, active, spec.name),
+    )
+
+
+def delete(conn: psycopg.Connection, name: str) -> None:
+    conn.execute("DELETE FROM pgembed.models WHERE name = %s", (name,))
+
+
+def set_precision(conn: psycopg.Connection, spec: ModelSpec) -> bool:
+    """Store `spec`'s precision fields if the model is still at `spec.version` (checked against
+    those settings); False if it was switched to another version meanwhile."""
+    cur = conn.execute(
+        "UPDATE pgembed.models SET precision = %s, precision_requested = %s, "
+        "precision_cosine = %s, precision_note = %s WHERE name = %s AND version = %s",
+        (
+            spec.precision,
+            spec.precision_requested,
+            spec.precision_cosine,
+            spec.precision_note,
+            spec.name,
+            spec.version,
+        ),
+    )
+    return cur.rowcount == 1

@@ -1,0 +1,84 @@
+"""What we need to know about a user's table before watching it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+from pgembed.errors import NotFoundError, UsageError
+
+_TEXT_TYPES = {"text", "character varying", "character", "citext"}
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    schema: str
+    name: str
+    columns: dict[str, str]  # column -> format_type()
+    primary_key: tuple[str, ...]
+    unique_columns: frozenset[str]  # columns with a single-column unique index
+
+
+def inspect(conn: psycopg.Connection, schema: str, name: str) -> TableInfo:
+    row = conn.execute(
+        "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
+        (schema, name),
+    ).fetchone()
+    if row is None:
+        raise NotFoundError(f"table {schema}.{name} does not exist")
+    oid = row[0]
+    columns: dict[str, str] = dict(
+        conn.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (oid,),
+        ).fetchall()
+    )
+    indexes = conn.execute(
+        "SELECT i.indisprimary, array_agg(a.attname ORDER BY k.ord) "
+        "FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+        "WHERE i.indrelid = %s AND i.indisunique AND i.indpred IS NULL "
+        "GROUP BY i.indexrelid, i.indisprimary",
+        (oid,),
+    ).fetchall()
+    primary = next((tuple(cols) for is_pk, cols in indexes if is_pk), ())
+    unique = frozenset(cols[0] for _, cols in indexes if len(cols) == 1)
+    return TableInfo(schema, name, columns, primary, unique)
+
+
+def key_column(info: TableInfo, requested: str | None) -> str:
+    """The column that identifies a row: the one asked for, else the single-column primary key."""
+    if requested is not None:
+        require_column(info, requested)
+        if requested not in info.unique_columns:
+            raise UsageError(
+                f"key column {requested!r} of {info.schema}.{info.name} is not unique: "
+                "use a primary key or a column with a unique index"
+            )
+        return requested
+    if len(info.primary_key) != 1:
+        what = "no primary key" if not info.primary_key else "a multi-column primary key"
+        raise UsageError(
+            f"table {info.schema}.{info.name} has {what}: add a single-column primary key "
+            "or name a unique column with --key"
+        )
+    return info.primary_key[0]
+
+
+def text_column(info: TableInfo, column: str) -> str:
+    require_column(info, column)
+    if info.columns[column] not in _TEXT_TYPES and not info.columns[column].startswith(
+        ("character varying(", "character(")
+    ):
+        raise UsageError(
+            f"column {column!r} of {info.schema}.{info.name} is {info.columns[column]}, not text"
+        )
+    return column
+
+
+def require_column(info: TableInfo, column: str) -> None:
+    if column not in info.columns:
+        raise NotFoundError(f"column {column!r} does not exist in table {info.schema}.{info.name}")

@@ -1,0 +1,5 @@
+"""The `pgembed` command line."""
+
+from pgembed.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,172 @@
+"""SQLAlchemy 2.0: search a mapped table by its pgembed column; keep Alembic off pgembed's objects.
+
+Map the watched table as usual and add the model's column with pgvector's type, e.g.
+`embedding_minilm: Mapped[Any] = mapped_column(Vector(384), deferred=True)`. `nearest` and
+`similar_to` are one `ORDER BY embedding_minilm <=> q LIMIT k` statement each, so the HNSW index
+is used, with the caller's `where` in the same statement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from pgvector.sqlalchemy import VECTOR
+from sqlalchemy.orm import Session
+
+from pgembed.catalog.registry import ModelSpec
+from pgembed.errors import NotFoundError, UsageError
+from pgembed.search import helpers
+
+T = TypeVar("T")
+SCHEMA = "pgembed"
+
+
+def nearest(
+    session: Session,
+    entity: type[T],
+    model: str,
+    text: str,
+    k: int = 10,
+    where: sa.ColumnElement[bool] | None = None,
+) -> list[tuple[T, float]]:
+    """The k instances whose text is nearest to `text`, with their cosine similarity."""
+    spec = model_spec(session, model)
+    column = _column(entity, spec, spec.embedding_column)
+    distance = _vector(column, spec).cosine_distance(helpers.embed_query(spec, text))
+    return _run(session, entity, spec, column, distance, k, [where])
+
+
+def similar_to(
+    session: Session,
+    entity: type[T],
+    model: str,
+    key: Any,
+    k: int = 10,
+    where: sa.ColumnElement[bool] | None = None,
+) -> list[tuple[T, float]]:
+    """The k instances nearest to the row with this key (itself excluded), with their similarity."""
+    spec = model_spec(session, model)
+    column = _column(entity, spec, spec.embedding_column)
+    key_column = _column(entity, spec, spec.key_column)
+    target = column.table.alias("pgembed_target")  # an alias: the subquery must not correlate
+    vector = (
+        sa.select(target.c[column.key]).where(target.c[key_column.key] == key).scalar_subquery()
+    )
+    distance = _vector(column, spec).cosine_distance(vector)
+    # `vector IS NOT NULL` is a one-time filter: a missing row yields no rows, not NULL distances.
+    conditions = [key_column != key, vector.is_not(None), where]
+    hits = _run(session, entity, spec, column, distance, k, conditions)
+    if not hits:
+        _require_vector(session, column, key_column, key, spec)
+    return hits
+
+
+neighbours = similar_to
+
+
+def model_spec(session: Session, model: str) -> ModelSpec:
+    row = (
+        session.execute(sa.text("SELECT * FROM pgembed.models WHERE name = :name"), {"name": model})
+        .mappings()
+        .first()
+    )
+    if row is None:
+        raise NotFoundError(f"unknown model {model!r}: see `pgembed model list`")
+    return ModelSpec(**{f.name: row[f.name] for f in fields(ModelSpec)})
+
+
+def _run(
+    session: Session,
+    entity: type[T],
+    spec: ModelSpec,
+    column: sa.Column[Any],
+    distance: sa.ColumnElement[float],
+    k: int,
+    conditions: list[sa.ColumnElement[bool] | None],
+) -> list[tuple[T, float]]:
+    if k < 1:
+        raise UsageError(f"k must be a positive number of rows, not {k}")
+    # The model's ef_search and iterative index scans (so a `where` still yields k rows), SET
+    # LOCAL for the session's transaction unless the caller set them.
+    session.execute(sa.text("SELECT pgembed._apply_settings_v1(:model)"), {"model": spec.name})
+    statement = (
+        sa.select(entity, (1 - distance).label("similarity"))
+        .where(column.is_not(None), *(c for c in conditions if c is not None))
+        .order_by(distance)
+        .limit(k)
+    )
+    hits = [(row[0], float(row[1])) for row in session.execute(statement)]
+    # Relaxed iterative scans may return near-ties slightly out of order.
+    return sorted(hits, key=lambda hit: -hit[1])
+
+
+def _column(entity: type[Any], spec: ModelSpec, name: str) -> sa.Column[Any]:
+    table = sa.inspect(entity).local_table
+    if not isinstance(table, sa.Table):
+        raise UsageError(f"{entity.__name__} is not mapped to a table")
+    if (table.schema or "public", table.name) != (spec.table_schema, spec.table_name):
+        raise UsageError(
+            f"{entity.__name__} maps {table.schema or 'public'}.{table.name}, but model "
+            f"{spec.name} watches {spec.qualified_table}"
+        )
+    for column in table.columns:
+        if column.name == name:
+            return column  # type: ignore[no-any-return]
+    raise UsageError(
+        f"{entity.__name__} does not map column {name!r}"
+        + (
+            f": add it, e.g. mapped_column(Vector({spec.dimensions}), deferred=True)"
+            if name == spec.embedding_column
+            else ""
+        )
+    )
+
+
+def _vector(column: sa.Column[Any], spec: ModelSpec) -> Any:
+    """The column with pgvector's comparator (`cosine_distance`), whatever type it was mapped as."""
+    return sa.type_coerce(column, VECTOR(spec.dimensions))
+
+
+def _require_vector(
+    session: Session, column: sa.Column[Any], key_column: sa.Column[Any], key: Any, spec: ModelSpec
+) -> None:
+    found = session.execute(sa.select(column).where(key_column == key)).first()
+    if found is None:
+        raise NotFoundError(f"{spec.qualified_table} has no row with {spec.key_column} = {key!r}")
+    if found[0] is None:
+        raise NotFoundError(
+            f"row {spec.key_column} = {key!r} has no {spec.name} vector yet: run `pgembed sync`"
+        )
+
+
+def include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """Alembic: leave pgembed's tables, `embedding_*` columns and `pgembed_*` indexes alone.
+
+    `context.configure(..., include_object=pgembed.orm.include_object)` in env.py. Alembic does
+    not compare triggers, so pgembed's capture triggers need nothing.
+    """
+    if type_ == "table":
+        return getattr(obj, "schema", None) != SCHEMA
+    return _keep(name, type_)
+
+
+def include_name(name: str | None, type_: str, parent_names: Mapping[str, str | None]) -> bool:
+    """Alembic: don't even reflect the pgembed schema (with `include_schemas=True`)."""
+    if type_ == "schema":
+        return name != SCHEMA
+    if type_ == "table":
+        return parent_names.get("schema_name") != SCHEMA
+    return _keep(name, type_)
+
+
+def _keep(name: str | None, type_: str) -> bool:
+    if type_ == "column":
+        return not (name or "").startswith("embedding_")
+    if type_ == "index":
+        return not (name or "").startswith("pgembed_")
+    return True

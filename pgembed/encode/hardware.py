@@ -1,0 +1,86 @@
+"""What the machine offers the encoder: cores, native bf16, a CUDA GPU."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from pgembed.errors import ConfigError, UsageError
+
+DEVICES = ("auto", "cpu", "cuda")
+
+# CPU features that multiply bf16 in hardware (x86: AVX512-BF16, AMX; arm64: the BF16 extension).
+_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+
+_threads_lock = threading.Lock()
+_threads_set = False
+
+
+def cores() -> int:
+    """The cores this process may run on (a container or `taskset` may give fewer than exist)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def use_all_cores() -> int:
+    """Give torch one intra-op thread per core we were given, once per process."""
+    global _threads_set
+    import torch
+
+    with _threads_lock:
+        if not _threads_set:
+            torch.set_num_threads(cores())
+            _threads_set = True
+    return int(torch.get_num_threads())
+
+
+def cpu_features() -> set[str]:
+    """CPU feature flags as torch sees them, else as the kernel lists them."""
+    import torch
+
+    get = getattr(getattr(torch, "cpu", None), "get_capabilities", None)
+    if get is not None:
+        return {name for name, value in get().items() if value is True}
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split()}
+
+
+def cpu_has_native_bf16() -> bool:
+    return any(flag in cpu_features() for flag in _BF16_FLAGS)
+
+
+def cpu_capability() -> str:
+    """torch's name for the vector instructions it uses here, e.g. AVX2 or AVX512."""
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def cuda_half() -> str:
+    """The GPU's best 16-bit type: bf16 where it computes in bf16 (Ampere and later), else fp16."""
+    import torch
+
+    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+
+
+def resolve_device(requested: str) -> str:
+    """auto -> cuda when a GPU is visible, else cpu; an explicit cuda without a GPU is an error."""
+    if requested not in DEVICES:
+        raise UsageError(f"invalid device {requested!r}: use {', '.join(DEVICES)}")
+    if requested == "auto":
+        return "cuda" if cuda_available() else "cpu"
+    if requested == "cuda" and not cuda_available():
+        raise ConfigError("--device cuda: no CUDA GPU is visible to torch on this machine")
+    return requested

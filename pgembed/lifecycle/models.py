@@ -1,0 +1,178 @@
+"""Adding and removing models: validation, catalog row and per-model objects, atomically."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import psycopg
+
+from pgembed.catalog import ddl, naming, registry, tables
+from pgembed.catalog.registry import ModelSpec
+from pgembed.encode import embedder, hardware, precision
+from pgembed.errors import UsageError
+
+
+@dataclass(frozen=True)
+class AddRequest:
+    name: str
+    table: str
+    column: str
+    key: str | None = None
+    model_ref: str = embedder.DEFAULT_MODEL
+    pooling: str | None = None
+    normalize: bool = True
+    max_seq_length: int | None = None
+    query_prefix: str = ""
+    document_prefix: str = ""
+    fulltext: bool = False  # also create the GIN index hybrid search needs
+    precision: str = "auto"  # auto, fp32, bf16 or int8: see precision.choose
+
+
+def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
+    """Register the model and create its objects; returns the spec and how many rows were queued."""
+    name = naming.model_name(request.name)
+    schema, table = naming.table(request.table)
+    column = naming.identifier("column", request.column)
+    key = naming.identifier("key column", request.key) if request.key is not None else None
+    if request.max_seq_length is not None and request.max_seq_length < 1:
+        raise UsageError("--max-seq-length must be a positive number of word pieces")
+    if registry.exists(conn, name):
+        raise UsageError(f"model {name!r} already exists: see `pgembed model list`")
+    info = tables.inspect(conn, schema, table)
+    text_column = tables.text_column(info, column)
+    key_column = tables.key_column(info, key)
+    embedding_column = naming.embedding_column(name)
+    if embedding_column in info.columns:
+        raise UsageError(f"table {schema}.{table} already has a column {embedding_column!r}")
+
+    # Load the model before touching the database: a reference that can't load changes nothing.
+    settings = embedder.Settings(
+        model_ref=request.model_ref,
+        pooling=request.pooling,
+        normalize=request.normalize,
+        max_seq_length=request.max_seq_length,
+        query_prefix=request.query_prefix,
+        document_prefix=request.document_prefix,
+    )
+    model_info = load_checked(settings)
+    spec = ModelSpec(
+        name=name,
+        table_schema=schema,
+        table_name=table,
+        key_column=key_column,
+        key_type=info.columns[key_column],
+        text_column=text_column,
+        embedding_column=embedding_column,
+        model_ref=request.model_ref,
+        pooling=model_info.pooling,
+        normalize=request.normalize,
+        dimensions=model_info.dimensions,
+        max_seq_length=model_info.max_seq_length,
+        query_prefix=request.query_prefix,
+        document_prefix=request.document_prefix,
+    )
+    spec = with_precision(conn, spec, request.precision)
+    with conn.transaction():
+        registry.insert(conn, spec)
+        registry.record_version(conn, spec, spec.name, active=True)
+        ddl.create(conn, spec)
+        if request.fulltext:
+            ddl.create_fulltext_index(conn, spec)
+        queued = ddl.enqueue_existing(conn, spec)
+    return spec, queued
+
+
+def load_checked(settings: embedder.Settings) -> embedder.ModelInfo:
+    """Load the model (a reference that cannot load raises) and check its max sequence length."""
+    info = embedder.get(settings).info
+    if info.position_limit is not None and info.max_seq_length > info.position_limit:
+        raise UsageError(
+            f"max sequence length {info.max_seq_length} exceeds what {settings.model_ref!r} "
+            f"can read ({info.position_limit} word pieces)"
+        )
+    return info
+
+
+def remove(conn: psycopg.Connection, name: str) -> ModelSpec:
+    spec = registry.get(conn, name)
+    with conn.transaction():
+        shadow = registry.shadow(conn, name)
+        if shadow is not None:  # a reindex in progress goes with its model
+            ddl.drop(conn, shadow)
+            registry.delete(conn, shadow.name)
+        ddl.drop(conn, spec)
+        registry.delete(conn, name)
+    return spec
+
+
+def fulltext(conn: psycopg.Connection, name: str) -> ModelSpec:
+    """Create the model's full-text index if it is missing, without blocking writes to the table.
+
+    `conn` must be in autocommit mode (CREATE INDEX CONCURRENTLY cannot run in a transaction).
+    """
+    spec = registry.get(conn, name)
+    ddl.drop_invalid_fulltext_index(conn, spec)
+    ddl.create_fulltext_index(conn, spec, concurrently=True)
+    return spec
+
+
+def settings_of(spec: ModelSpec, device: str = "cpu") -> embedder.Settings:
+    """The embedder settings that reproduce this model's vectors on `device` (cpu or cuda)."""
+    return embedder.Settings(
+        model_ref=spec.model_ref,
+        pooling=spec.pooling,
+        normalize=spec.normalize,
+        max_seq_length=spec.max_seq_length,
+        query_prefix=spec.query_prefix,
+        document_prefix=spec.document_prefix,
+        precision=precision.on_device(spec.precision, spec.precision_requested, device),
+        device=device,
+    )
+
+
+def precision_for(conn: psycopg.Connection, spec: ModelSpec, requested: str) -> precision.Choice:
+    """The precision `requested` resolves to for `spec`'s settings, checked on its table's texts."""
+    return precision.choose(
+        settings_of(spec, hardware.resolve_device("auto")),
+        requested,
+        precision.sample_texts(conn, spec.table_schema, spec.table_name, spec.text_column),
+    )
+
+
+def with_precision(conn: psycopg.Connection, spec: ModelSpec, requested: str) -> ModelSpec:
+    """`spec` with the precision `requested` resolves to for its (possibly new) settings."""
+    choice = precision_for(conn, spec, requested)
+    return replace(
+        spec,
+        precision=choice.precision,
+        precision_requested=choice.requested,
+        precision_cosine=choice.cosine,
+        precision_note=choice.note,
+    )
+
+
+def alter_precision(conn: psycopg.Connection, name: str, requested: str) -> ModelSpec:
+    """Change a live model's precision in place, without a reindex.
+
+    Vectors already written stay: a precision is accepted only if it agrees with fp32 to a mean
+    cosine of 0.999, so old and new vectors share one space. Running workers see the change at
+    their next write-back (the catalog row differs), hand that batch back and reread the catalog.
+    """
+    spec = registry.get(conn, name)
+    if spec.shadow_of is not None:
+        raise UsageError(f"{name!r} is the reindex shadow of {spec.shadow_of!r}: alter that model")
+    running = registry.shadow(conn, name)
+    if running is not None:  # the switch would replace the precision with the shadow's
+        raise UsageError(
+            f"model {name!r} has a reindex to version {running.version} in progress: finish it "
+            f"(`pgembed reindex {name}`) or abort it before changing the precision"
+        )
+    altered = with_precision(conn, spec, requested)
+    if not registry.set_precision(conn, altered):
+        raise UsageError(f"model {name!r} changed while its precision was checked: run it again")
+    return altered
+
+
+def runtime_settings(spec: ModelSpec, device: str = "cpu") -> embedder.Settings:
+    """What a sync worker encodes this model with on `device` (a GPU's 16-bit type is checked)."""
+    return precision.checked(settings_of(spec, device))

@@ -1,0 +1,285 @@
+"""Online reindex: a shadow model fills a new column beside the live one, then switches in.
+
+The shadow is an ordinary catalog row (`shadow_of` = the model it replaces) with its own column,
+capture triggers and queue, so the existing machinery keeps it current and fills it: this module's
+worker, and any `pgembed sync` daemon. Searches keep reading the live column until the switch
+commits (see switch.py). Every step can be repeated, so an interrupted reindex resumes where it
+stopped: its queue and column persist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+import psycopg
+from psycopg import sql
+
+from pgembed import db
+from pgembed.catalog import ddl, naming, registry
+from pgembed.catalog.registry import ModelSpec
+from pgembed.encode import embedder
+from pgembed.errors import UsageError
+from pgembed.lifecycle import indexbuild, models, switch
+from pgembed.sync import source, worker
+
+SHADOW_SUFFIX = "__next"
+T = TypeVar("T")
+
+
+def shadow_name(name: str) -> str:
+    """`NAME__next`, shortened with a hash to fit 48 characters; user names cannot contain '__'."""
+    if len(name) + len(SHADOW_SUFFIX) <= 48:
+        return name + SHADOW_SUFFIX
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: 48 - len(SHADOW_SUFFIX) - 9]}_{digest}{SHADOW_SUFFIX}"
+
+
+@dataclass(frozen=True)
+class Change:
+    """What `model alter` asks for; None keeps the current value.
+
+    With another checkpoint (`model_ref`), an unset pooling or max sequence length means the new
+    checkpoint's own, as with `model add`.
+    """
+
+    model_ref: str | None = None
+    pooling: str | None = None
+    normalize: bool | None = None
+    max_seq_length: int | None = None
+    query_prefix: str | None = None
+    document_prefix: str | None = None
+    hnsw_m: int | None = None
+    hnsw_ef_construction: int | None = None
+    precision: str | None = None  # None: the model's requested precision, checked again
+
+    def precision_only(self) -> bool:
+        """Only the precision changes: no reindex (see models.alter_precision)."""
+        return self.precision is not None and replace(self, precision=None) == Change()
+
+
+def _pick(new: T | None, current: T) -> T:
+    return current if new is None else new
+
+
+def new_version(spec: ModelSpec, change: Change) -> ModelSpec:
+    """The shadow that would embed `spec`'s rows with `change` applied (loads the model)."""
+    if change.max_seq_length is not None and change.max_seq_length < 1:
+        raise UsageError("--max-seq-length must be a positive number of word pieces")
+    same_ref = change.model_ref is None or change.model_ref == spec.model_ref
+    settings = embedder.Settings(
+        model_ref=_pick(change.model_ref, spec.model_ref),
+        pooling=_pick(change.pooling, spec.pooling if same_ref else None),
+        normalize=_pick(change.normalize, spec.normalize),
+        max_seq_length=_pick(change.max_seq_length, spec.max_seq_length if same_ref else None),
+        query_prefix=_pick(change.query_prefix, spec.query_prefix),
+        document_prefix=_pick(change.document_prefix, spec.document_prefix),
+    )
+    info = models.load_checked(settings)  # a reference that cannot load changes nothing
+    shadow = shadow_name(spec.name)
+    return replace(
+        spec,
+        name=shadow,
+        embedding_column=naming.embedding_column(shadow),
+        model_ref=settings.model_ref,
+        model_revision=spec.model_revision if same_ref else None,
+        pooling=info.pooling,
+        normalize=settings.normalize,
+        dimensions=info.dimensions,
+        max_seq_length=info.max_seq_length,
+        query_prefix=settings.query_prefix,
+        document_prefix=settings.document_prefix,
+        hnsw_m=_pick(change.hnsw_m, spec.hnsw_m),
+        hnsw_ef_construction=_pick(change.hnsw_ef_construction, spec.hnsw_ef_construction),
+        status="reindexing",
+        version=spec.version + 1,
+        shadow_of=spec.name,
+    )
+
+
+def begin(conn: psycopg.Connection, name: str, change: Change | None) -> tuple[ModelSpec, int]:
+    """Register the next version as a shadow and queue every row for it.
+
+    `change` None re-embeds with the current settings. Returns the shadow and the rows queued.
+    """
+    spec = registry.get(conn, name)
+    if spec.shadow_of is not None:
+        raise UsageError(f"{name!r} is the reindex shadow of {spec.shadow_of!r}: alter that model")
+    running = registry.shadow(conn, name)
+    if running is not None:
+        raise UsageError(
+            f"model {name!r} already has a reindex to version {running.version} in progress: "
+            f"run `pgembed reindex {name}` to finish it or `pgembed reindex {name} --abort`"
+        )
+    wanted = change or Change()
+    # The precision is checked again for the new settings: a precision one checkpoint keeps to
+    # 0.999 of fp32 another may not.
+    shadow = models.with_precision(
+        conn, new_version(spec, wanted), _pick(wanted.precision, spec.precision_requested)
+    )
+    if change is not None and _unchanged(spec, shadow):
+        raise UsageError(
+            f"model {name!r} already has these settings (`pgembed reindex {name}` re-embeds anyway)"
+        )
+    if registry.exists(conn, shadow.name):
+        raise UsageError(f"a model named {shadow.name!r} exists: remove it to reindex {name!r}")
+    with conn.transaction():
+        registry.insert(conn, shadow)
+        registry.record_version(conn, shadow, name, active=False)
+        ddl.add_column(conn, shadow)
+        ddl.create_triggers(conn, shadow)
+        queued = ddl.enqueue_existing(conn, shadow)
+    return shadow, queued
+
+
+def _unchanged(spec: ModelSpec, shadow: ModelSpec) -> bool:
+    keep = replace(shadow, name=spec.name, embedding_column=spec.embedding_column)
+    return models.settings_of(keep) == models.settings_of(spec) and (
+        keep.dimensions,
+        keep.hnsw_m,
+        keep.hnsw_ef_construction,
+    ) == (spec.dimensions, spec.hnsw_m, spec.hnsw_ef_construction)
+
+
+def abort(conn: psycopg.Connection, name: str) -> ModelSpec:
+    """Drop the shadow of a reindex in progress; the live model is untouched."""
+    registry.get(conn, name)
+    shadow = registry.shadow(conn, name)
+    if shadow is None:
+        raise UsageError(f"model {name!r} has no reindex in progress")
+    with conn.transaction():
+        ddl.drop(conn, shadow)
+        registry.delete(conn, shadow.name)
+        conn.execute(
+            "DELETE FROM pgembed.model_versions "
+            "WHERE name = %s AND version = %s AND activated_at IS NULL",
+            (name, shadow.version),
+        )
+    return shadow
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a shadow is: rows with a vector, and rows that have text to embed."""
+
+    embedded: int
+    total: int
+    queued: int
+
+
+def progress(conn: psycopg.Connection, shadow: ModelSpec) -> Progress:
+    row = conn.execute(
+        sql.SQL(
+            "SELECT count({col}), count(*) FILTER (WHERE btrim({text}) <> '') FROM {table}"
+        ).format(
+            col=sql.Identifier(shadow.embedding_column),
+            text=sql.Identifier(shadow.text_column),
+            table=source.table(shadow),
+        )
+    ).fetchone()
+    embedded, total = row if row else (0, 0)
+    return Progress(embedded, total, worker.queued_count(conn, [shadow.name]))
+
+
+class Reporter:
+    """What a reindex tells its user as it goes; these defaults say nothing."""
+
+    def phase(self, text: str) -> None:
+        """A new step starts ("embedding", "building index", "switching")."""
+
+    def rows(self, done: int, total: int) -> None:
+        """Rows embedded so far by anyone, of the rows to embed."""
+
+    def advance(self, rows: int) -> None:
+        """This process embedded and wrote `rows` more rows."""
+
+    def index(self, sample: indexbuild.Progress) -> None:
+        """A sample of the index build's progress."""
+
+
+@dataclass(frozen=True)
+class Options:
+    batch_size: int = 64
+    lease_seconds: float = 60.0
+    max_attempts: int = 5
+    build: indexbuild.BuildSettings = field(default_factory=indexbuild.BuildSettings)
+
+
+class Reindex:
+    """Fill a model's shadow, build its index concurrently, fill again, then switch."""
+
+    def __init__(
+        self, url: str, name: str, options: Options, reporter: Reporter | None = None
+    ) -> None:
+        self.url = url
+        self.name = name
+        self.options = options
+        self.reporter = reporter or Reporter()
+        self.stop_event = threading.Event()
+        self._worker: worker.Worker | None = None
+
+    def stop(self) -> None:
+        """Finish the batch in hand (or cancel the index build) and return; a rerun resumes."""
+        self.stop_event.set()
+        if self._worker is not None:
+            self._worker.stop()
+
+    def run(self) -> ModelSpec | None:
+        """The model as switched in, or None when stopped before the switch."""
+        with db.connection(self.url) as conn:
+            shadow = registry.shadow(conn, self.name)
+            if shadow is None:
+                raise UsageError(f"model {self.name!r} has no reindex in progress")
+        if not self._fill(shadow):
+            return None
+        self.reporter.phase("building index")
+        built = indexbuild.build(
+            self.url,
+            shadow,
+            ddl.index_name(shadow),
+            self.options.build,
+            self.reporter.index,
+            self.stop_event,
+        )
+        # Rows changed while the index was built are queued again: embed them before the switch.
+        if not built or not self._fill(shadow):
+            return None
+        self.reporter.phase("switching")
+        with db.connection(self.url) as conn:
+            return switch.swap_in(conn, self.name)
+
+    def _fill(self, shadow: ModelSpec) -> bool:
+        """Embed until the shadow's queue is empty, waiting out other workers' leases."""
+        self.reporter.phase("embedding")
+        while not self.stop_event.is_set():
+            with db.connection(self.url) as conn:
+                done = progress(conn, shadow)
+            self.reporter.rows(done.embedded, done.embedded + done.queued)
+            if done.queued == 0:
+                return True
+            options = worker.Options(
+                models=(shadow.name,),
+                batch_size=self.options.batch_size,
+                lease_seconds=self.options.lease_seconds,
+                max_attempts=self.options.max_attempts,
+                once=True,
+            )
+            self._worker = worker.Worker(self.url, options, lambda _m, n: self.reporter.advance(n))
+            if self.stop_event.is_set():
+                return False
+            if self._worker.run().written == 0:
+                self._wait_for_leases(shadow)
+        return False
+
+    def _wait_for_leases(self, shadow: ModelSpec) -> None:
+        """Keys claimed by another (or a killed) worker, or backing off, come back by themselves."""
+        with db.connection(self.url) as conn:
+            row = conn.execute(
+                "SELECT extract(epoch FROM min(next_attempt_at) - now())::float "
+                "FROM pgembed.queue WHERE model = %s",
+                (shadow.name,),
+            ).fetchone()
+        wait = row[0] if row and row[0] is not None else 0.0
+        self.stop_event.wait(min(max(wait, 0.1), 5.0))

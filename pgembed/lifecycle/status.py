@@ -1,0 +1,124 @@
+"""What `pgembed status` reports: per model, progress, backlog, failures, throughput, workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from pgembed.catalog import ddl, registry
+from pgembed.catalog.registry import ModelSpec
+from pgembed.lifecycle import reindex
+from pgembed.sync import source
+
+# Workers that missed this many seconds of heartbeats are not shown as live.
+LIVE_WORKER_SECONDS = 60
+
+_QUEUE_STATS = """
+SELECT
+    (SELECT count(*) FROM (SELECT key FROM pgembed.queue WHERE model = %(model)s
+                           UNION SELECT key FROM pgembed.inbox WHERE model = %(model)s) k
+    ) AS queued,
+    (SELECT extract(epoch FROM now() - min(enqueued_at))::float FROM (
+        SELECT enqueued_at FROM pgembed.queue WHERE model = %(model)s
+        UNION ALL SELECT enqueued_at FROM pgembed.inbox WHERE model = %(model)s) e
+    ) AS oldest_queued_seconds,
+    (SELECT count(*) FROM pgembed.failures WHERE model = %(model)s) AS failed,
+    (SELECT count(*) FROM pgembed.truncated WHERE model = %(model)s) AS truncated,
+    (SELECT coalesce(sum(rows), 0)::float / 60 FROM pgembed.batches
+       WHERE model = %(model)s AND finished_at > now() - interval '1 minute') AS rows_per_second
+"""
+
+_WORKERS = """
+SELECT id, host, pid, models, extract(epoch FROM now() - heartbeat_at)::float AS heartbeat_age,
+       heartbeat_at
+FROM pgembed.workers
+WHERE heartbeat_at > now() - make_interval(secs => %(live)s)
+ORDER BY started_at
+"""
+
+
+def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
+    counts = conn.execute(
+        sql.SQL("SELECT count(*), count({}) FROM {}").format(
+            sql.Identifier(spec.embedding_column), source.table(spec)
+        )
+    ).fetchone()
+    rows_total, rows_embedded = counts if counts else (0, 0)
+    with conn.cursor(row_factory=dict_row) as cur:
+        stats = cur.execute(_QUEUE_STATS, {"model": spec.name}).fetchone() or {}
+        workers = cur.execute(_WORKERS, {"live": LIVE_WORKER_SECONDS}).fetchall()
+    oldest = stats.get("oldest_queued_seconds")
+    return {
+        "name": spec.name,
+        "table": spec.qualified_table,
+        "column": spec.text_column,
+        "embedding_column": spec.embedding_column,
+        "model": spec.model_ref,
+        "pooling": spec.pooling,
+        "dimensions": spec.dimensions,
+        "rows_total": rows_total,
+        "rows_embedded": rows_embedded,
+        "queued": stats.get("queued", 0),
+        "oldest_queued_seconds": round(oldest, 3) if oldest is not None else None,
+        "lag_seconds": round(oldest, 3) if oldest is not None else 0.0,
+        "failed": stats.get("failed", 0),
+        "truncated": stats.get("truncated", 0),
+        "rows_per_second": round(stats.get("rows_per_second") or 0.0, 2),
+        "precision": spec.precision,
+        "precision_requested": spec.precision_requested,
+        "precision_cosine": spec.precision_cosine,
+        "precision_note": spec.precision_note,
+        "workers": [
+            {
+                "id": w["id"],
+                "host": w["host"],
+                "pid": w["pid"],
+                "last_heartbeat": w["heartbeat_at"].isoformat(),
+                "models": w["models"],
+            }
+            for w in workers
+            if spec.name in w["models"]
+        ],
+    }
+
+
+def all_status(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    """One entry per model; a reindex in progress shows under the model it will replace."""
+    specs = registry.all_models(conn)
+    shadows = {s.shadow_of: s for s in specs if s.shadow_of is not None}
+    return [
+        {
+            **model_status(conn, spec),
+            "version": spec.version,
+            "reindex": reindex_status(conn, shadows[spec.name]) if spec.name in shadows else None,
+        }
+        for spec in specs
+        if spec.shadow_of is None
+    ]
+
+
+def reindex_status(conn: psycopg.Connection, shadow: ModelSpec) -> dict[str, Any]:
+    done = reindex.progress(conn, shadow)
+    return {
+        "shadow": shadow.name,
+        "version": shadow.version,
+        "model": shadow.model_ref,
+        "pooling": shadow.pooling,
+        "dimensions": shadow.dimensions,
+        "rows_embedded": done.embedded,
+        "rows_total": done.total,
+        "queued": done.queued,
+        "index_built": bool(ddl.index_valid(conn, shadow.table_schema, ddl.index_name(shadow))),
+    }
+
+
+def failures(conn: psycopg.Connection, limit: int = 20) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(
+            "SELECT model, key, attempts, error, failed_at FROM pgembed.failures "
+            "ORDER BY failed_at DESC LIMIT %s",
+            (limit,),
+        ).fetchall()

@@ -1,0 +1,111 @@
+"""Top-k keys for many query vectors, by exact search (a full scan) or through the HNSW index.
+
+Both keep the documented `ORDER BY column <=> q LIMIT k` form; planner settings, local to one
+transaction, decide which path runs, so the two differ only in exactness.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import psycopg
+from pgvector import Vector
+from psycopg import sql
+
+from pgembed.catalog import ddl
+from pgembed.catalog.registry import ModelSpec
+from pgembed.encode.embedder import Vectors
+from pgembed.sync import source
+
+
+def _top_k(spec: ModelSpec, tie_break: bool) -> sql.Composed:
+    return sql.SQL(
+        "SELECT t.{key}::text FROM {table} t WHERE t.{col} IS NOT NULL "
+        "ORDER BY t.{col} <=> %(q)s{tie} LIMIT %(k)s"
+    ).format(
+        key=sql.Identifier(spec.key_column),
+        table=source.table(spec),
+        col=sql.Identifier(spec.embedding_column),
+        tie=sql.SQL(", 1") if tie_break else sql.SQL(""),
+    )
+
+
+def exact(conn: psycopg.Connection, spec: ModelSpec, vectors: Vectors, k: int) -> list[list[str]]:
+    """The true k nearest rows of each vector (ties broken by key): a sequential scan."""
+    with conn.transaction():
+        conn.execute("SET LOCAL enable_indexscan = off")
+        conn.execute("SET LOCAL enable_bitmapscan = off")
+        return _run(conn, _top_k(spec, tie_break=True), vectors, k)
+
+
+def indexed(
+    conn: psycopg.Connection, spec: ModelSpec, vectors: Vectors, k: int, ef_search: int | None
+) -> list[list[str]]:
+    """What the HNSW index returns at `ef_search` (None: the server's setting)."""
+    with conn.transaction():
+        _prefer_index(conn, ef_search)
+        return _run(conn, _top_k(spec, tie_break=False), vectors, k)
+
+
+def _prefer_index(conn: psycopg.Connection, ef_search: int | None) -> None:
+    # On a small table the planner would rather scan; an index evaluation must use the index.
+    conn.execute("SET LOCAL enable_seqscan = off")
+    if ef_search is not None:
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
+
+
+def _run(
+    conn: psycopg.Connection, query: sql.Composed, vectors: Vectors, k: int
+) -> list[list[str]]:
+    with conn.cursor(binary=True) as cur:
+        return [[row[0] for row in cur.execute(query, {"q": Vector(v), "k": k})] for v in vectors]
+
+
+def effective_ef_search(conn: psycopg.Connection, ef_search: int | None) -> int:
+    """The ef_search an indexed search runs with: the model's, else the server's (pgvector: 40)."""
+    if ef_search is not None:
+        return ef_search
+    conn.execute("LOAD 'vector'")  # so that SHOW knows the parameter's default
+    row = conn.execute("SHOW hnsw.ef_search").fetchone()
+    return int(row[0]) if row else 40
+
+
+def uses_index(conn: psycopg.Connection, spec: ModelSpec, vector: Vectors, k: int) -> bool:
+    """Whether the indexed search's plan really goes through the model's HNSW index."""
+    with conn.transaction():
+        _prefer_index(conn, None)
+        query = sql.SQL("EXPLAIN (FORMAT JSON) ") + _top_k(spec, tie_break=False)
+        row = conn.execute(query, {"q": Vector(vector), "k": k}).fetchone()
+    return row is not None and f'"{ddl.index_name(spec)}"' in json.dumps(row[0])
+
+
+def count_keys(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> int:
+    """How many of `keys` are rows of the model's table."""
+    row = conn.execute(
+        sql.SQL("SELECT count(*) FROM {table} WHERE {key}::text = ANY(%s)").format(
+            table=source.table(spec), key=sql.Identifier(spec.key_column)
+        ),
+        (list(keys),),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def stored_sample(conn: psycopg.Connection, spec: ModelSpec, n: int) -> tuple[list[str], Vectors]:
+    """Up to n stored vectors with their keys, a fixed pseudo-random choice (by md5 of the key)."""
+    import numpy as np
+
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT {key}::text, {col} FROM {table} WHERE {col} IS NOT NULL "
+            "ORDER BY md5({key}::text) LIMIT %s"
+        ).format(
+            key=sql.Identifier(spec.key_column),
+            col=sql.Identifier(spec.embedding_column),
+            table=source.table(spec),
+        ),
+        (n,),
+    ).fetchall()
+    if not rows:
+        return [], np.empty((0, spec.dimensions), np.float32)
+    return [key for key, _ in rows], np.stack([v.to_numpy() for _, v in rows])

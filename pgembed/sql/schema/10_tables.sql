@@ -1,0 +1,137 @@
+-- pgembed schema, current definition (1 of 3): the schema, the vector extension, every table,
+-- index and constraint, as they are after the last migration.
+-- Not run by `pgembed migrate`, which applies migrations/*.sql (append-only, checksummed); this
+-- is the reader's reference, and tests/integration/test_schema.py checks that the migrations
+-- produce exactly these objects. Changes go in a new migration under migrations/ and here.
+
+-- pgembed's own schema (made by the bootstrap in migrate.py, before any migration).
+CREATE SCHEMA pgembed;
+
+-- pgvector: the vector type, its distance operators and HNSW indexes (needs 0.8.0 or later).
+CREATE EXTENSION IF NOT EXISTS vector;
+
+-- Applied migrations and the checksum each was applied with (made by migrate.py's bootstrap).
+CREATE TABLE pgembed.migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    sha256     text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- The model registry: one row per embedding space (checkpoint + pooling + normalisation + ...).
+CREATE TABLE pgembed.models (
+    name                 text PRIMARY KEY CHECK (name ~ '^[a-z][a-z0-9_]{0,47}$'),
+    table_schema         text NOT NULL,
+    table_name           text NOT NULL,
+    key_column           text NOT NULL,
+    key_type             text NOT NULL,
+    text_column          text NOT NULL,
+    embedding_column     text NOT NULL,
+    model_ref            text NOT NULL,
+    model_revision       text,
+    pooling              text NOT NULL CHECK (pooling IN ('mean', 'cls', 'max')),
+    normalize            boolean NOT NULL DEFAULT true,
+    dimensions           integer NOT NULL CHECK (dimensions > 0),
+    max_seq_length       integer NOT NULL CHECK (max_seq_length > 0),
+    query_prefix         text NOT NULL DEFAULT '',
+    document_prefix      text NOT NULL DEFAULT '',
+    hnsw_m               integer NOT NULL DEFAULT 16,
+    hnsw_ef_construction integer NOT NULL DEFAULT 64,
+    -- hnsw.ef_search for this model's searches (`pgembed tune`); NULL: pgvector's default.
+    ef_search            integer,
+    status               text NOT NULL DEFAULT 'active',
+    created_at           timestamptz NOT NULL DEFAULT now(),
+    -- The version of the settings above (pgembed.model_versions). Since 0003.
+    version              integer NOT NULL DEFAULT 1 CHECK (version > 0),
+    -- Set on a reindex's shadow: the model it will replace. At most one shadow per model.
+    shadow_of            text UNIQUE REFERENCES pgembed.models (name),
+    -- What every encoder of the model computes in (sync workers and queries alike). Since 0004.
+    precision            text NOT NULL DEFAULT 'fp32'
+        CHECK (precision IN ('fp32', 'bf16', 'fp16', 'int8')),
+    -- What the user asked for; a request whose vectors disagree with fp32 falls back to fp32.
+    precision_requested  text NOT NULL DEFAULT 'fp32'
+        CHECK (precision_requested IN ('auto', 'fp32', 'bf16', 'fp16', 'int8')),
+    -- Cosine agreement with fp32 vectors when the precision was checked, and why it was chosen.
+    precision_cosine     double precision,
+    precision_note       text NOT NULL DEFAULT ''
+);
+
+-- Every version's settings, so `model alter` leaves a record of what each version embedded with.
+CREATE TABLE pgembed.model_versions (
+    name                 text NOT NULL REFERENCES pgembed.models (name) ON DELETE CASCADE,
+    version              integer NOT NULL,
+    model_ref            text NOT NULL,
+    model_revision       text,
+    pooling              text NOT NULL,
+    normalize            boolean NOT NULL,
+    dimensions           integer NOT NULL,
+    max_seq_length       integer NOT NULL,
+    query_prefix         text NOT NULL,
+    document_prefix      text NOT NULL,
+    hnsw_m               integer NOT NULL,
+    hnsw_ef_construction integer NOT NULL,
+    created_at           timestamptz NOT NULL DEFAULT now(),
+    -- When searches switched to this version; NULL while its reindex runs (or was abandoned).
+    activated_at         timestamptz,
+    PRIMARY KEY (name, version)
+);
+
+-- Work to do, one row per (model, source key); `seq` is the enqueuing transaction's id, so a
+-- worker removes only the entries it claimed, and a claim's lease is next_attempt_at.
+CREATE TABLE pgembed.queue (
+    model           text NOT NULL,
+    key             text NOT NULL,
+    seq             bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint,
+    enqueued_at     timestamptz NOT NULL DEFAULT now(),
+    attempts        integer NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL DEFAULT now(),
+    claimed_by      text,
+    last_error      text,
+    PRIMARY KEY (model, key)
+);
+
+-- Inserted keys land here first (an append to an index-less table); workers move them to the queue.
+CREATE TABLE pgembed.inbox (
+    model       text NOT NULL,
+    key         text NOT NULL,
+    seq         bigint NOT NULL,
+    enqueued_at timestamptz NOT NULL DEFAULT now()
+) WITH (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000);
+
+-- Keys that failed their last attempt; `pgembed retry` moves them back to the queue.
+CREATE TABLE pgembed.failures (
+    model     text NOT NULL,
+    key       text NOT NULL,
+    attempts  integer NOT NULL,
+    error     text NOT NULL,
+    failed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (model, key)
+);
+
+-- Rows whose text was longer than the model's max sequence length when last embedded.
+CREATE TABLE pgembed.truncated (
+    model text NOT NULL,
+    key   text NOT NULL,
+    PRIMARY KEY (model, key)
+);
+
+-- Live sync workers and their heartbeats.
+CREATE TABLE pgembed.workers (
+    id           text PRIMARY KEY,
+    host         text NOT NULL,
+    pid          integer NOT NULL,
+    models       text[] NOT NULL,
+    started_at   timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- One row per written batch, kept for an hour: throughput in `pgembed status`.
+CREATE TABLE pgembed.batches (
+    model       text NOT NULL,
+    worker_id   text NOT NULL,
+    rows        integer NOT NULL,
+    seconds     double precision NOT NULL,
+    finished_at timestamptz NOT NULL DEFAULT now()
+);
+-- Recent batches of a model, for the throughput in `pgembed status`.
+CREATE INDEX batches_finished_idx ON pgembed.batches (model, finished_at);

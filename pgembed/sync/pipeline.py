@@ -1,0 +1,153 @@
+"""Drain the queues with database I/O overlapped with encoding.
+
+While batch n encodes on the calling thread, one I/O thread that owns the connection writes
+batch n-1 and claims and reads batch n+1 (torch releases the GIL in its kernels, psycopg while it
+waits on the network). Every batch keeps the guarantees of batch.py: short claim transactions
+with a lease, md5-guarded writes, bisected failures. A prefetched batch is leased one batch
+earlier than it would be without overlap; on stop it is released rather than embedded.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from typing import TypeVar
+
+import psycopg
+
+from pgembed import db
+from pgembed.catalog.registry import ModelSpec
+from pgembed.sync.batch import (
+    BatchConfig,
+    BatchResult,
+    Claimed,
+    ModelChanged,
+    embed,
+    fetch,
+    release,
+    store,
+)
+from pgembed.sync.isolate import Embedded
+
+log = logging.getLogger("pgembed.sync")
+
+OnResult = Callable[[ModelSpec, BatchResult], None]
+Stored = tuple[ModelSpec, BatchResult] | None
+_T = TypeVar("_T")
+
+
+class Pipeline:
+    """One drain: round-robin over the models until every queue is empty or stop is set."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        specs: Sequence[ModelSpec],
+        config: BatchConfig,
+        stop: threading.Event,
+        on_result: OnResult,
+        on_io_idle: Callable[[], None] = lambda: None,
+        on_model_changed: Callable[[ModelSpec], None] = lambda _spec: None,
+        interrupt: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self._conn = conn  # used only by the I/O thread while run() runs
+        self._busy = list(specs)
+        self._turn = 0
+        self._config = config
+        self._stop = stop
+        self._on_result = on_result
+        self._on_io_idle = on_io_idle  # e.g. a heartbeat, on the I/O thread after each write
+        self._on_model_changed = on_model_changed
+        self._interrupt = interrupt  # checked once per batch: True ends the drain after it
+        self._last_done = time.monotonic()
+
+    def run(self) -> bool:
+        """Process batches until there are none or stop is set; True if any batch was done."""
+        did_work = False
+        with ThreadPoolExecutor(1, thread_name_prefix="pgembed-io") as io:
+            upcoming: Future[Claimed | None] | None = io.submit(self._fetch_next)
+            writing: Future[Stored] | None = None
+            try:
+                while upcoming is not None:
+                    claimed = upcoming.result()
+                    upcoming = None
+                    if claimed is None:
+                        break
+                    if self._stop.is_set():
+                        io.submit(release, self._conn, claimed).result()
+                        break
+                    if not self._interrupt():  # the next batch, claimed while this one encodes
+                        upcoming = io.submit(self._fetch_next)
+                    result = embed(claimed, self._config)
+                    self._collect(writing)
+                    writing = io.submit(self._store, claimed, result)
+                    did_work = True
+                self._collect(writing)
+            finally:
+                self._abandon(io, upcoming)
+        return did_work
+
+    def _fetch_next(self) -> Claimed | None:
+        """The next model's batch, round-robin; a model with nothing ready leaves the round."""
+        while self._busy and not self._stop.is_set():
+            spec = self._busy[self._turn % len(self._busy)]
+            claimed = self._guarded(spec, partial(fetch, self._conn, spec, self._config))
+            if claimed is None:
+                self._drop(spec)
+                continue
+            self._turn += 1
+            return claimed
+        return None
+
+    def _store(self, claimed: Claimed, result: Embedded) -> Stored:
+        now = time.monotonic()
+        seconds, self._last_done = now - self._last_done, now  # wall time per batch, overlapped
+        stored = self._guarded(
+            claimed.spec, partial(store, self._conn, claimed, result, self._config, seconds)
+        )
+        self._on_io_idle()
+        return None if stored is None else (claimed.spec, stored)
+
+    def _guarded(self, spec: ModelSpec, step: Callable[[], _T]) -> _T | None:
+        """Run a database step; an error that is not the connection's takes the model out.
+
+        E.g. the model was removed while we worked: its claims expire and the other models go
+        on. A broken connection is raised, for the worker to reconnect.
+        """
+        try:
+            return step()
+        except ModelChanged as exc:  # its batch was handed back; the worker rereads the catalog
+            log.info("model=%s %s; rereading the catalog", spec.name, exc)
+            self._drop(spec)
+            self._on_model_changed(spec)
+            return None
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            log.error("model=%s batch failed: %s", spec.name, db.first_line(exc))
+            self._drop(spec)
+            return None
+
+    def _drop(self, spec: ModelSpec) -> None:
+        if spec in self._busy:
+            self._busy.remove(spec)
+
+    def _collect(self, writing: Future[Stored] | None) -> None:
+        stored = writing.result() if writing is not None else None
+        if stored is not None:
+            self._on_result(*stored)
+
+    def _abandon(self, io: ThreadPoolExecutor, upcoming: Future[Claimed | None] | None) -> None:
+        """On the way out (stop or error): hand a prefetched batch back to the queue."""
+        if upcoming is None:
+            return
+        try:
+            claimed = upcoming.result()
+            if claimed is not None:
+                io.submit(release, self._conn, claimed).result()
+        except psycopg.Error:
+            pass  # the connection is gone: the lease (or the reconnect's release) frees the keys

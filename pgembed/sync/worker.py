@@ -1,0 +1,245 @@
+"""The sync loop: drain the queues, wait for a NOTIFY (or the poll timer, or stop), repeat.
+
+A NOTIFY only wakes the loop; the SKIP LOCKED claim is the source of truth, so a lost
+notification costs latency, never data. A dropped connection or a restarted server is logged and
+reconnected with backoff; only faults that will not heal (authentication, schema) end the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import psycopg
+
+from pgembed import db, migrate, sqlfiles
+from pgembed.catalog import registry
+from pgembed.catalog.registry import ModelSpec
+from pgembed.encode import batches, embedder, hardware
+from pgembed.errors import DatabaseError, NotFoundError
+from pgembed.lifecycle import models
+from pgembed.sync.batch import BatchConfig, BatchResult
+from pgembed.sync.pipeline import Pipeline
+
+log = logging.getLogger("pgembed.sync")
+
+ProgressCallback = Callable[[str, int], None]
+
+# Faults that retrying will not fix: refused authentication, a database that does not exist.
+_PERMANENT_SQLSTATES = {"28000", "28P01", "3D000"}
+_PERMANENT_MESSAGES = ("authentication failed", "no pg_hba.conf entry", "does not exist")
+
+
+def _permanent(exc: Exception) -> bool:
+    if getattr(exc, "sqlstate", None) in _PERMANENT_SQLSTATES:
+        return True
+    return any(fragment in str(exc) for fragment in _PERMANENT_MESSAGES)
+
+
+@dataclass(frozen=True)
+class Options:
+    models: tuple[str, ...] = ()  # empty: every model in the catalog
+    batch_size: int = batches.CPU_CLAIM_SIZE  # keys claimed at once (see batches.py)
+    lease_seconds: float = 60.0
+    poll_seconds: float = 5.0
+    max_attempts: int = 5
+    once: bool = False
+    heartbeat_seconds: float = 10.0
+    max_backoff_seconds: float = 30.0
+    device: str = "cpu"  # a resolved device: cpu or cuda
+
+
+@dataclass
+class Stats:
+    written: int = 0
+    skipped: int = 0
+    failed: int = 0
+    reconnects: int = 0
+
+
+class Worker:
+    def __init__(
+        self, url: str, options: Options, on_progress: ProgressCallback | None = None
+    ) -> None:
+        self.url = url
+        self.options = options
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.stop_event = threading.Event()
+        self.stats = Stats()
+        self._on_progress = on_progress
+        self._last_heartbeat = 0.0
+        self._started = False  # set once the first session is up and serving
+        self._stale = False  # a model changed under a batch: reread the catalog
+        self._config = BatchConfig(
+            self.id, options.batch_size, options.lease_seconds, options.max_attempts, options.device
+        )
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def run(self) -> Stats:
+        """Work until stopped (or, with `once`, until the queues are empty).
+
+        A fault before the first successful start is reported at once (a wrong URL should not
+        hang); afterwards the worker rides out restarts and dropped connections with backoff.
+        """
+        delay = 0.0
+        hardware.use_all_cores()
+        while not self.stop_event.is_set():
+            try:
+                self._session()
+                return self.stats
+            except (psycopg.OperationalError, DatabaseError) as exc:
+                if not self._started or _permanent(exc):
+                    if isinstance(exc, DatabaseError):
+                        raise
+                    raise DatabaseError(f"database error: {db.first_line(exc)}") from None
+                delay = min(self.options.max_backoff_seconds, max(0.5, delay * 2))
+                self.stats.reconnects += 1
+                log.warning("database fault (%s); reconnecting in %.1fs", db.first_line(exc), delay)
+                self.stop_event.wait(delay)
+        return self.stats
+
+    def _session(self) -> None:
+        """One connected stretch of work; returns when done, raises when the connection fails."""
+        conn = db.connect(self.url)
+        listener = db.connect(self.url, vector=False)
+        try:
+            migrate.require_current(conn)
+            listener.execute("LISTEN pgembed")
+            if self._started:  # claims held before the fault are dead: hand them back now
+                conn.execute(sqlfiles.get("queue", "release_worker"), {"worker": self.id})
+                log.info("reconnected to the database")
+            try:
+                self._loop(conn, listener)
+            except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+                migrate.require_current(conn)  # says "run `pgembed migrate`" if that is the cause
+                raise
+            conn.execute(sqlfiles.get("queue", "worker_exit"), {"worker": self.id})
+        finally:
+            conn.close()
+            listener.close()
+
+    def _loop(self, conn: psycopg.Connection, listener: psycopg.Connection) -> None:
+        specs = self.models(conn, strict=not self._started)
+        self._heartbeat(conn, specs, force=True)
+        self._started = True
+        while not self.stop_event.is_set():
+            did_work = self.drain(conn, specs, partial(self._new_model_announced, listener, specs))
+            self._heartbeat(conn, specs)
+            if self._stale:  # a model was altered or reindexed under a batch: reread the catalog
+                self._stale = False
+                specs = self.models(conn)
+                continue
+            if self.options.once and not did_work:
+                return
+            if not did_work:
+                self._wait(listener)
+                specs = self.models(conn)  # pick up models added or removed meanwhile
+
+    def models(self, conn: psycopg.Connection, strict: bool = False) -> list[ModelSpec]:
+        """The models to serve, loaded before any claim so no lease ticks while a model loads."""
+        if not self.options.models:
+            specs = registry.all_models(conn)
+        else:
+            specs = []
+            for name in self.options.models:
+                try:
+                    specs.append(registry.get(conn, name))
+                except NotFoundError:
+                    if strict:
+                        raise
+                    log.warning("model %s no longer exists; skipping it", name)
+        for spec in specs:
+            embedder.get(models.runtime_settings(spec, self.options.device))
+        return specs
+
+    def drain(
+        self,
+        conn: psycopg.Connection,
+        specs: Sequence[ModelSpec],
+        interrupt: Callable[[], bool] = lambda: False,
+    ) -> bool:
+        """Batches of each model in turn, until every queue is empty, stop is asked or
+        `interrupt` says so; database I/O overlaps encoding (see pipeline.py)."""
+        pipeline = Pipeline(
+            conn,
+            specs,
+            self._config,
+            self.stop_event,
+            on_result=self._count,
+            on_io_idle=lambda: self._heartbeat(conn, specs),
+            on_model_changed=self._model_changed,
+            interrupt=interrupt,
+        )
+        return pipeline.run()
+
+    def _new_model_announced(
+        self, listener: psycopg.Connection, specs: Sequence[ModelSpec]
+    ) -> bool:
+        """Whether a NOTIFY names a model this worker does not serve yet (added, or a reindex
+        shadow): then the drain pauses after its batch and the catalog is reread, so a long
+        backlog of one model does not keep a new one waiting."""
+        if self.options.models:
+            return False  # serves only the models it was given
+        known = {spec.name for spec in specs}
+        for note in listener.notifies(timeout=0):
+            if note.payload and note.payload not in known:
+                self._stale = True
+        return self._stale
+
+    def _model_changed(self, spec: ModelSpec) -> None:
+        """A model was altered or reindexed under a batch: reread the catalog before going on."""
+        self._stale = True
+
+    def _count(self, spec: ModelSpec, result: BatchResult) -> None:
+        self.stats.written += result.written
+        self.stats.skipped += result.skipped
+        self.stats.failed += result.failed
+        if self._on_progress:
+            self._on_progress(spec.name, result.claimed)
+
+    def _heartbeat(
+        self, conn: psycopg.Connection, specs: Sequence[ModelSpec], force: bool = False
+    ) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_heartbeat < self.options.heartbeat_seconds:
+            return
+        self._last_heartbeat = now
+        conn.execute(
+            sqlfiles.get("queue", "heartbeat"),
+            {
+                "worker": self.id,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "models": [s.name for s in specs],
+            },
+        )
+        conn.execute(sqlfiles.get("queue", "prune"))
+
+    def _wait(self, listener: psycopg.Connection) -> None:
+        """Sleep until a NOTIFY, the poll timer or stop; in short slices so stop is prompt."""
+        deadline = time.monotonic() + self.options.poll_seconds
+        while not self.stop_event.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            for _ in listener.notifies(timeout=min(remaining, 0.5), stop_after=1):
+                return
+
+
+def queued_count(conn: psycopg.Connection, model_names: Sequence[str]) -> int:
+    """Keys waiting in the queue or, captured but not yet moved, in the inbox."""
+    row = conn.execute(
+        "SELECT count(*) FROM (SELECT model, key FROM pgembed.queue WHERE model = ANY(%(m)s) "
+        "UNION SELECT model, key FROM pgembed.inbox WHERE model = ANY(%(m)s)) k",
+        {"m": list(model_names)},
+    ).fetchone()
+    return int(row[0]) if row else 0
