@@ -11,7 +11,7 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from bench.env import Database, create_reviews, median, timed
-from pgembed.catalog import ddl
+from pgembed.catalog import ddl, naming
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.lifecycle import models
@@ -82,7 +82,7 @@ def pgembed_sync(database: Database, texts: list[str], repeats: int) -> tuple[fl
 def sync_without_index(database: Database, spec: ModelSpec, repeats: int, rows: int) -> float:
     """b again with the model's HNSW index dropped (put back afterwards, for g)."""
     conn = database.connect()
-    conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(ddl.index_name(spec))))
+    conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(naming.index_name(spec))))
     seconds = _resyncs(conn, database, spec, repeats)
     ddl.create_index(conn, spec)
     conn.close()

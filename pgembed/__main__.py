@@ -1,3 +1,3 @@
-from pgembed.cli.main import main
+from pgembed.cli import main
 
 main()

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Callable
-from importlib import resources
 
 import psycopg
 
-from pgembed import db, migrate
+from pgembed import db, migrate, samples
 from pgembed.catalog import registry
 from pgembed.cli.progress import progress_bar
 from pgembed.lifecycle import models
 from pgembed.search import helpers
-from pgembed.sync import worker
+from pgembed.sync import store, worker
 
 TABLE = "reviews"
 MODELS = (("minilm", "mean"), ("minilm_cls", "cls"))
@@ -36,14 +34,6 @@ CREATE TABLE IF NOT EXISTS reviews (
 """
 
 
-def sample_rows() -> list[tuple[int, str, str, int, str]]:
-    with resources.files("pgembed").joinpath("data/reviews.csv").open(encoding="utf-8") as f:
-        return [
-            (int(r["id"]), r["product"], r["category"], int(r["rating"]), r["text"])
-            for r in csv.DictReader(f)
-        ]
-
-
 def load(conn: psycopg.Connection) -> int:
     """Create and fill the table; rows already there are left alone. Returns rows inserted."""
     with conn.transaction():
@@ -52,7 +42,7 @@ def load(conn: psycopg.Connection) -> int:
             cur.executemany(
                 "INSERT INTO reviews (id, product, category, rating, text) "
                 "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
-                sample_rows(),
+                samples.reviews(),
             )
             return cur.rowcount
 
@@ -68,7 +58,7 @@ def run(url: str, echo: Callable[[str], None]) -> None:
             if not registry.exists(conn, name):
                 models.add(conn, models.AddRequest(name, TABLE, "text", pooling=pooling))
                 echo(f"added model {name} (all-MiniLM-L6-v2, {pooling} pooling)")
-        total = worker.queued_count(conn, [name for name, _ in MODELS])
+        total = store.queued_count(conn, [name for name, _ in MODELS])
     with progress_bar(total, "embedding") as advance:
         options = worker.Options(models=tuple(n for n, _ in MODELS), once=True)
         stats = worker.Worker(url, options, on_progress=lambda _m, n: advance(n)).run()

@@ -118,7 +118,7 @@ def joined(record: Record, columns: Sequence[str]) -> str:
 def load(
     conn: psycopg.Connection, request: LoadRequest, on_progress: Callable[[int], None] | None = None
 ) -> LoadResult:
-    schema, table = naming.table(request.table)
+    schema, table = naming.parse_table(request.table)
     into = naming.identifier("column", request.into)
     for column in request.text_columns:
         naming.identifier("text column", column)

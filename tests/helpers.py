@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,8 +16,10 @@ from click.testing import CliRunner, Result
 from pgvector import Vector
 
 from pgembed.catalog import registry
-from pgembed.cli.main import main
+from pgembed.catalog.registry import ModelSpec
+from pgembed.cli import main
 from pgembed.lifecycle import models
+from pgembed.sync import batch
 
 REVIEWS = [
     (1, "The battery dies before lunch, I have to charge it twice a day."),
@@ -87,3 +90,15 @@ def plans(conn: psycopg.Connection) -> Iterator[list[str]]:
         conn.execute(setting)
     yield found
     conn.execute("SET auto_explain.log_min_duration = -1")
+
+
+def run_batch(
+    conn: psycopg.Connection, spec: ModelSpec, config: batch.BatchConfig
+) -> batch.BatchResult | None:
+    """One batch without overlap (fetch, embed, write back); None when nothing is ready."""
+    started = time.monotonic()
+    claimed = batch.fetch(conn, spec, config)
+    if claimed is None:
+        return None
+    result = batch.embed(claimed, config)
+    return batch.write_back(conn, claimed, result, config, time.monotonic() - started)

@@ -7,6 +7,7 @@ import psycopg
 import pytest
 from daemon_helpers import assert_every_vector_matches_its_text, fill
 
+from helpers import run_batch
 from pgembed.catalog import registry
 from pgembed.encode import batches, embedder
 from pgembed.lifecycle import models
@@ -22,9 +23,9 @@ def spec(reviews: psycopg.Connection) -> registry.ModelSpec:
 
 
 def demo_texts() -> list[str]:
-    from pgembed.demo import sample_rows
+    from pgembed import samples
 
-    return [row[-1] for row in sample_rows()]
+    return samples.texts()
 
 
 def pad_tokens(texts: list[str], batches: list[batches.Batch]) -> int:
@@ -89,7 +90,7 @@ def test_pipelined_worker_writes_the_same_vectors_as_the_plain_path(
     assert stats.written == 68
     config = batch.BatchConfig("plain-worker", batch_size=7, lease_seconds=60, max_attempts=3)
     plain_spec = registry.get(reviews, "plain")
-    while batch.run_batch(reviews, plain_spec, config) is not None:
+    while run_batch(reviews, plain_spec, config) is not None:
         pass
     rows = reviews.execute("SELECT embedding_minilm, embedding_plain FROM reviews").fetchall()
     assert len(rows) == 68 and all(a is not None and b is not None for a, b in rows)

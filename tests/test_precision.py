@@ -13,7 +13,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from helpers import cli
+from helpers import cli, run_batch
 from pgembed import db
 from pgembed.catalog import registry
 from pgembed.encode import convert, embedder, hardware, precision
@@ -169,7 +169,8 @@ def test_device_auto_is_cpu_here_and_cuda_without_a_gpu_is_one_line(db_url: str)
 def test_worker_uses_one_torch_thread_per_core_it_is_given() -> None:
     code = (
         "import os, torch; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
-        "from pgembed.encode import hardware; print(hardware.use_all_cores(), torch.get_num_threads())"
+        "from pgembed.encode import hardware; "
+        "print(hardware.use_all_cores(), torch.get_num_threads())"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
@@ -216,7 +217,7 @@ def test_alter_precision_alone_changes_the_model_in_place(
     # A worker still holding the fp32 spec hands its batch back instead of writing fp32 vectors...
     reviews.execute("UPDATE reviews SET body = 'Arrived broken, refund took a month.' WHERE id = 1")
     with db.connection(db_url) as wconn, pytest.raises(batch.ModelChanged):
-        batch.run_batch(wconn, spec, batch.BatchConfig("stale", 64, 60, 5))
+        run_batch(wconn, spec, batch.BatchConfig("stale", 64, 60, 5))
     # ...and a worker reading the catalog now writes bf16 ones.
     worker.Worker(db_url, worker.Options(once=True)).run()
     text = ["Arrived broken, refund took a month."]

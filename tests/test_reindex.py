@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from pgvector import Vector
 
-from helpers import cli
+from helpers import cli, run_batch
 from pgembed import db
 from pgembed.catalog import ddl, registry
 from pgembed.encode import embedder
@@ -334,7 +334,7 @@ def test_stale_worker_releases_its_batch_instead_of_writing_old_vectors(
     conn.execute("UPDATE docs SET body = 'Changed after the switch.' WHERE id = 2")
     # A worker that read the catalog before the switch claims, embeds with mean pooling...
     with db.connection(db_url) as wconn, pytest.raises(batch.ModelChanged):
-        batch.run_batch(wconn, synced, batch.BatchConfig("stale-worker", 64, 60, 5))
+        run_batch(wconn, synced, batch.BatchConfig("stale-worker", 64, 60, 5))
     # ...but writes nothing and gives the key back at once.
     assert 2 not in stored(conn)
     assert conn.execute("SELECT key, claimed_by FROM pgembed.queue").fetchall() == [("2", None)]

@@ -13,7 +13,7 @@ from helpers import REVIEWS, cli
 from pgembed.catalog import registry
 from pgembed.encode import embedder
 from pgembed.lifecycle import models
-from pgembed.sync import queue, source, worker, writer
+from pgembed.sync import store, worker
 
 
 @pytest.fixture
@@ -47,13 +47,13 @@ def test_sync_once_embeds_every_row_with_the_models_vector(
 def test_vector_is_not_written_when_text_changed_during_embedding(
     spec: registry.ModelSpec, reviews: psycopg.Connection
 ) -> None:
-    claims = queue.claim(reviews, "minilm", "w1", 10, 60)
-    rows = source.read(reviews, spec, [c.key for c in claims])
+    claims = store.claim(reviews, "minilm", "w1", 10, 60)
+    rows = store.read(reviews, spec, [c.key for c in claims])
     vecs = expected([r.text for r in rows])
     # The application changes a row while its batch is being embedded.
     reviews.execute("UPDATE reviews SET body = 'rewritten while in flight' WHERE id = 3")
-    written = writer.write(reviews, spec, [r.key for r in rows], [r.text_md5 for r in rows], vecs)
-    queue.complete(reviews, "minilm", claims)
+    written = store.write(reviews, spec, [r.key for r in rows], [r.text_md5 for r in rows], vecs)
+    store.complete(reviews, "minilm", claims)
     assert "3" not in written and len(written) == 7
     assert vectors(reviews)[3] is None
     # The changed row is still queued (with a new seq) and the next sync embeds its new text.
@@ -63,18 +63,18 @@ def test_vector_is_not_written_when_text_changed_during_embedding(
 def test_in_flight_update_ends_with_the_new_texts_vector(
     spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
 ) -> None:
-    claims = queue.claim(reviews, "minilm", "w1", 10, 60)
+    claims = store.claim(reviews, "minilm", "w1", 10, 60)
     reviews.execute("UPDATE reviews SET body = 'rewritten while in flight' WHERE id = 3")
-    rows = source.read(reviews, spec, [c.key for c in claims])  # already sees the new text...
+    rows = store.read(reviews, spec, [c.key for c in claims])  # already sees the new text...
     reviews.execute("UPDATE reviews SET body = 'and rewritten again' WHERE id = 3")  # ...then this
-    written = writer.write(
+    written = store.write(
         reviews,
         spec,
         [r.key for r in rows],
         [r.text_md5 for r in rows],
         expected([r.text for r in rows]),
     )
-    queue.complete(reviews, "minilm", claims)
+    store.complete(reviews, "minilm", claims)
     assert "3" not in written
     worker.Worker(db_url, worker.Options(once=True)).run()
     np.testing.assert_allclose(vectors(reviews)[3], expected(["and rewritten again"])[0], atol=1e-5)

@@ -8,24 +8,12 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
+from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
-from pgembed.sync.source import table as _table
 
 # The text search configuration of the full-text index; the SQL helpers in migrations/0002 use
 # the same expression, to_tsvector('english', text), so the planner can match it to the index.
 FULLTEXT_CONFIG = "english"
-
-
-def index_name(spec: ModelSpec) -> str:
-    return f"pgembed_{spec.name}_hnsw"
-
-
-def fulltext_index_name(spec: ModelSpec) -> str:
-    return f"pgembed_{spec.name}_fts"
-
-
-def trigger_names(spec: ModelSpec) -> list[str]:
-    return [f"pgembed_{spec.name}_{event}" for event in ("ins", "upd", "del", "trunc")]
 
 
 def create(conn: psycopg.Connection, spec: ModelSpec) -> None:
@@ -39,7 +27,7 @@ def add_column(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """The model's vector column, of its dimensions."""
     conn.execute(
         sql.SQL("ALTER TABLE {} ADD COLUMN {} vector({})").format(
-            _table(spec), sql.Identifier(spec.embedding_column), sql.Literal(spec.dimensions)
+            naming.table(spec), sql.Identifier(spec.embedding_column), sql.Literal(spec.dimensions)
         )
     )
 
@@ -58,8 +46,8 @@ def create_index(
             "WITH (m = {m}, ef_construction = {ef})"
         ).format(
             concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""),
-            name=sql.Identifier(name or index_name(spec)),
-            table=_table(spec),
+            name=sql.Identifier(name or naming.index_name(spec)),
+            table=naming.table(spec),
             column=sql.Identifier(spec.embedding_column),
             m=sql.Literal(spec.hnsw_m),
             ef=sql.Literal(spec.hnsw_ef_construction),
@@ -77,8 +65,8 @@ def create_fulltext_index(
             "USING gin (to_tsvector({config}, {column}))"
         ).format(
             concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""),
-            name=sql.Identifier(fulltext_index_name(spec)),
-            table=_table(spec),
+            name=sql.Identifier(naming.fulltext_index_name(spec)),
+            table=naming.table(spec),
             config=sql.Literal(FULLTEXT_CONFIG),
             column=sql.Identifier(spec.text_column),
         )
@@ -87,8 +75,8 @@ def create_fulltext_index(
 
 def drop_invalid_fulltext_index(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """A failed CREATE INDEX CONCURRENTLY leaves an invalid index that IF NOT EXISTS would keep."""
-    if index_valid(conn, spec.table_schema, fulltext_index_name(spec)) is False:
-        drop_concurrently(conn, spec.table_schema, fulltext_index_name(spec))
+    if index_valid(conn, spec.table_schema, naming.fulltext_index_name(spec)) is False:
+        drop_concurrently(conn, spec.table_schema, naming.fulltext_index_name(spec))
 
 
 def index_valid(conn: psycopg.Connection, schema: str, name: str) -> bool | None:
@@ -108,8 +96,8 @@ def drop_concurrently(conn: psycopg.Connection, schema: str, name: str) -> None:
 
 
 def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    ins, upd, dele, trunc = (sql.Identifier(n) for n in trigger_names(spec))
-    table = _table(spec)
+    ins, upd, dele, trunc = (sql.Identifier(n) for n in naming.trigger_names(spec))
+    table = naming.table(spec)
     args = sql.SQL(", ").join(
         sql.Literal(v) for v in (spec.name, spec.key_column, spec.text_column)
     )
@@ -138,16 +126,16 @@ def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
 
 
 def drop_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    table = _table(spec)
-    for name in trigger_names(spec):
+    table = naming.table(spec)
+    for name in naming.trigger_names(spec):
         conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
 
 
 def drop(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """Remove the model's triggers, index and column; the table's other data is untouched."""
-    table = _table(spec)
+    table = naming.table(spec)
     drop_triggers(conn, spec)
-    for index in (index_name(spec), fulltext_index_name(spec)):
+    for index in (naming.index_name(spec), naming.fulltext_index_name(spec)):
         conn.execute(
             sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(spec.table_schema, index))
         )
@@ -172,10 +160,10 @@ def enqueue_existing(conn: psycopg.Connection, spec: ModelSpec) -> int:
             "ON CONFLICT (model, key) DO NOTHING"
         ).format(
             key=sql.Identifier(spec.key_column),
-            table=_table(spec),
+            table=naming.table(spec),
             text=sql.Identifier(spec.text_column),
         ),
         (spec.name,),
     )
-    conn.execute("SELECT pg_notify('pgembed', %s)", (spec.name,))
+    conn.execute("SELECT pg_notify(%s, %s)", (naming.CHANNEL, spec.name))
     return cur.rowcount

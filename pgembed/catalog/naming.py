@@ -1,10 +1,18 @@
-"""Validation of the identifiers users give us (model, table, column names)."""
+"""Names: validation of the identifiers users give (model, table, column), and every name
+pgembed derives from a model (column, indexes, triggers, shadow, NOTIFY channel)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
+from typing import TYPE_CHECKING
+
+from psycopg import sql
 
 from pgembed.errors import UsageError
+
+if TYPE_CHECKING:
+    from pgembed.catalog.registry import ModelSpec
 
 _MODEL_RE = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
@@ -34,7 +42,7 @@ def identifier(kind: str, name: str) -> str:
     return name
 
 
-def table(name: str) -> tuple[str, str]:
+def parse_table(name: str) -> tuple[str, str]:
     """`table` or `schema.table` -> (schema, table); the schema defaults to public."""
     schema, dot, rest = name.partition(".")
     if not dot:
@@ -44,3 +52,54 @@ def table(name: str) -> tuple[str, str]:
 
 def embedding_column(model: str) -> str:
     return f"embedding_{model}"
+
+
+# Names pgembed derives from a model. The SQL side spells some of them too (the capture triggers
+# NOTIFY on CHANNEL; the hybrid helper looks for fulltext_index_name): change both together.
+CHANNEL = "pgembed"  # the LISTEN/NOTIFY channel; the payload is the model's name
+SHADOW_SUFFIX = "__next"  # a reindex's shadow model; user names cannot contain '__'
+_TRIGGER_EVENTS = ("ins", "upd", "del", "trunc")
+
+
+def index_name(spec: ModelSpec) -> str:
+    return f"pgembed_{spec.name}_hnsw"
+
+
+def rebuild_index_name(spec: ModelSpec) -> str:
+    """Where `reindex --index-only` builds the new index (fits in 63 bytes for any model name)."""
+    return f"pgembed_{spec.name}_next"
+
+
+def fulltext_index_name(spec: ModelSpec) -> str:
+    return f"pgembed_{spec.name}_fts"
+
+
+def trigger_names(spec: ModelSpec) -> list[str]:
+    return [f"pgembed_{spec.name}_{event}" for event in _TRIGGER_EVENTS]
+
+
+def shadow_name(name: str) -> str:
+    """`NAME__next`, shortened with a hash to fit 48 characters."""
+    if len(name) + len(SHADOW_SUFFIX) <= 48:
+        return name + SHADOW_SUFFIX
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: 48 - len(SHADOW_SUFFIX) - 9]}_{digest}{SHADOW_SUFFIX}"
+
+
+def table(spec: ModelSpec) -> sql.Identifier:
+    """The watched table, quoted."""
+    return sql.Identifier(spec.table_schema, spec.table_name)
+
+
+# format_type() output of the key column, e.g. "integer", "character varying(20)", "uuid".
+_KEY_TYPE_RE = re.compile(r"^[a-z][a-z0-9_ ]*(\(\d+(,\d+)?\))?(\[\])?$")
+
+
+def key_type(spec: ModelSpec) -> sql.Composable:
+    """The key column's type, to cast queue keys (stored as text) back so the key index is used.
+
+    It comes from the server's format_type(), not from a user; it is still checked to be plain.
+    """
+    if not _KEY_TYPE_RE.match(spec.key_type):
+        raise UsageError(f"unsupported key column type {spec.key_type!r}")
+    return sql.SQL(spec.key_type)  # type: ignore[arg-type,unused-ignore]

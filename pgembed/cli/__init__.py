@@ -1,5 +1,22 @@
-"""The `pgembed` command line."""
+"""The `pgembed` command line: thin click commands, one module per command group; the work
+happens in the packages they call."""
 
-from pgembed.cli.main import main
+from pgembed.cli import data, model, quality, query, reindex, status, sync
+from pgembed.cli.app import App, main
 
-__all__ = ["main"]
+for _command in (
+    data.migrate_cmd,
+    model.model_group,
+    sync.sync_cmd,
+    query.query_cmd,
+    status.status_cmd,
+    sync.retry_cmd,
+    data.demo_cmd,
+    reindex.reindex_cmd,
+    quality.eval_cmd,
+    quality.tune_cmd,
+    data.load_cmd,
+):
+    main.add_command(_command)
+
+__all__ = ["App", "main"]

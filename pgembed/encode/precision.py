@@ -17,6 +17,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from pgembed import samples
 from pgembed.encode import embedder, hardware
 from pgembed.encode.convert import PRECISIONS
 from pgembed.encode.embedder import Settings, Vectors
@@ -146,6 +147,4 @@ def sample_texts(
 
 
 def builtin_sample() -> list[str]:
-    from pgembed.demo import sample_rows  # the shipped sample reviews
-
-    return [row[-1] for row in sample_rows()[:SAMPLE_SIZE]]
+    return samples.texts()[:SAMPLE_SIZE]

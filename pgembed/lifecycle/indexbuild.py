@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import psycopg
 
 from pgembed import db
-from pgembed.catalog import ddl, registry
+from pgembed.catalog import ddl, naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import UsageError
 from pgembed.lifecycle import switch
@@ -46,11 +46,6 @@ class Progress:
 
 
 ProgressCallback = Callable[[Progress], None]
-
-
-def temporary_name(spec: ModelSpec) -> str:
-    """Where `--index-only` builds the new index (fits in 63 bytes for any model name)."""
-    return f"pgembed_{spec.name}_next"
 
 
 def build(
@@ -115,7 +110,7 @@ def rebuild(
         if ef_construction is not None
         else spec.hnsw_ef_construction,
     )
-    temporary = temporary_name(spec)
+    temporary = naming.rebuild_index_name(spec)
     with db.connection(url) as conn:
         if ddl.index_valid(conn, spec.table_schema, temporary) is not None:
             ddl.drop_concurrently(conn, spec.table_schema, temporary)  # a leftover of another run

@@ -31,7 +31,7 @@ class AddRequest:
 def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
     """Register the model and create its objects; returns the spec and how many rows were queued."""
     name = naming.model_name(request.name)
-    schema, table = naming.table(request.table)
+    schema, table = naming.parse_table(request.table)
     column = naming.identifier("column", request.column)
     key = naming.identifier("key column", request.key) if request.key is not None else None
     if request.max_seq_length is not None and request.max_seq_length < 1:

@@ -9,7 +9,6 @@ stopped: its queue and column persist.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
@@ -23,18 +22,9 @@ from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.errors import UsageError
 from pgembed.lifecycle import indexbuild, models, switch
-from pgembed.sync import source, worker
+from pgembed.sync import store, worker
 
-SHADOW_SUFFIX = "__next"
 T = TypeVar("T")
-
-
-def shadow_name(name: str) -> str:
-    """`NAME__next`, shortened with a hash to fit 48 characters; user names cannot contain '__'."""
-    if len(name) + len(SHADOW_SUFFIX) <= 48:
-        return name + SHADOW_SUFFIX
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    return f"{name[: 48 - len(SHADOW_SUFFIX) - 9]}_{digest}{SHADOW_SUFFIX}"
 
 
 @dataclass(frozen=True)
@@ -78,7 +68,7 @@ def new_version(spec: ModelSpec, change: Change) -> ModelSpec:
         document_prefix=_pick(change.document_prefix, spec.document_prefix),
     )
     info = models.load_checked(settings)  # a reference that cannot load changes nothing
-    shadow = shadow_name(spec.name)
+    shadow = naming.shadow_name(spec.name)
     return replace(
         spec,
         name=shadow,
@@ -176,11 +166,11 @@ def progress(conn: psycopg.Connection, shadow: ModelSpec) -> Progress:
         ).format(
             col=sql.Identifier(shadow.embedding_column),
             text=sql.Identifier(shadow.text_column),
-            table=source.table(shadow),
+            table=naming.table(shadow),
         )
     ).fetchone()
     embedded, total = row if row else (0, 0)
-    return Progress(embedded, total, worker.queued_count(conn, [shadow.name]))
+    return Progress(embedded, total, store.queued_count(conn, [shadow.name]))
 
 
 class Reporter:
@@ -238,7 +228,7 @@ class Reindex:
         built = indexbuild.build(
             self.url,
             shadow,
-            ddl.index_name(shadow),
+            naming.index_name(shadow),
             self.options.build,
             self.reporter.index,
             self.stop_event,

@@ -8,10 +8,9 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from pgembed.catalog import ddl, registry
+from pgembed.catalog import ddl, naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.lifecycle import reindex
-from pgembed.sync import source
 
 # Workers that missed this many seconds of heartbeats are not shown as live.
 LIVE_WORKER_SECONDS = 60
@@ -43,7 +42,7 @@ ORDER BY started_at
 def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
     counts = conn.execute(
         sql.SQL("SELECT count(*), count({}) FROM {}").format(
-            sql.Identifier(spec.embedding_column), source.table(spec)
+            sql.Identifier(spec.embedding_column), naming.table(spec)
         )
     ).fetchone()
     rows_total, rows_embedded = counts if counts else (0, 0)
@@ -111,7 +110,7 @@ def reindex_status(conn: psycopg.Connection, shadow: ModelSpec) -> dict[str, Any
         "rows_embedded": done.embedded,
         "rows_total": done.total,
         "queued": done.queued,
-        "index_built": bool(ddl.index_valid(conn, shadow.table_schema, ddl.index_name(shadow))),
+        "index_built": bool(ddl.index_valid(conn, shadow.table_schema, naming.index_name(shadow))),
     }
 
 

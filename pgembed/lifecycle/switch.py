@@ -17,10 +17,9 @@ from typing import TypeVar
 import psycopg
 from psycopg import sql
 
-from pgembed.catalog import ddl, registry
+from pgembed.catalog import ddl, naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import DatabaseError, NotFoundError
-from pgembed.sync import source
 
 log = logging.getLogger("pgembed.reindex")
 
@@ -85,7 +84,7 @@ def _swap_in(conn: psycopg.Connection, name: str) -> ModelSpec:
         status=old.status,
         ef_search=old.ef_search,
     )
-    table = source.table(old)
+    table = naming.table(old)
     conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(table))
     for spec in (old, shadow):
         ddl.drop_triggers(conn, spec)
@@ -99,8 +98,8 @@ def _swap_in(conn: psycopg.Connection, name: str) -> ModelSpec:
     )
     conn.execute(
         sql.SQL("ALTER INDEX IF EXISTS {} RENAME TO {}").format(
-            sql.Identifier(old.table_schema, ddl.index_name(shadow)),
-            sql.Identifier(ddl.index_name(new)),
+            sql.Identifier(old.table_schema, naming.index_name(shadow)),
+            sql.Identifier(naming.index_name(new)),
         )
     )
     ddl.create_triggers(conn, new)
@@ -118,12 +117,13 @@ def swap_index(conn: psycopg.Connection, spec: ModelSpec, temporary: str) -> Mod
         conn.execute(_LOCK_ROWS, {"name": spec.name})
         conn.execute(
             sql.SQL("DROP INDEX IF EXISTS {}").format(
-                sql.Identifier(spec.table_schema, ddl.index_name(spec))
+                sql.Identifier(spec.table_schema, naming.index_name(spec))
             )
         )
         conn.execute(
             sql.SQL("ALTER INDEX {} RENAME TO {}").format(
-                sql.Identifier(spec.table_schema, temporary), sql.Identifier(ddl.index_name(spec))
+                sql.Identifier(spec.table_schema, temporary),
+                sql.Identifier(naming.index_name(spec)),
             )
         )
         params = {"name": spec.name, "m": spec.hnsw_m, "ef": spec.hnsw_ef_construction}

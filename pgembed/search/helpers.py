@@ -19,13 +19,12 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from pgembed import db
-from pgembed.catalog import registry
+from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.encode.embedder import Vectors
 from pgembed.errors import NotFoundError, PgembedError, UsageError
 from pgembed.lifecycle import models
-from pgembed.sync import source
 
 _T = TypeVar("_T")
 
@@ -190,9 +189,9 @@ def _hits(
         value=sql.Identifier(value),
         text=sql.Identifier(spec.text_column),
         call=call,
-        table=source.table(spec),
+        table=naming.table(spec),
         key=sql.Identifier(spec.key_column),
-        type=source.key_type(spec),
+        type=naming.key_type(spec),
     )
     with errors(), conn.transaction():
         if ef_search is not None:
@@ -244,7 +243,7 @@ def translate(exc: psycopg.Error) -> PgembedError:
 def _require_vectors(conn: psycopg.Connection, spec: ModelSpec) -> None:
     row = conn.execute(
         sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} IS NOT NULL)").format(
-            source.table(spec), sql.Identifier(spec.embedding_column)
+            naming.table(spec), sql.Identifier(spec.embedding_column)
         )
     ).fetchone()
     if not row or not row[0]:

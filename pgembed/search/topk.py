@@ -13,10 +13,9 @@ import psycopg
 from pgvector import Vector
 from psycopg import sql
 
-from pgembed.catalog import ddl
+from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode.embedder import Vectors
-from pgembed.sync import source
 
 
 def _top_k(spec: ModelSpec, tie_break: bool) -> sql.Composed:
@@ -25,7 +24,7 @@ def _top_k(spec: ModelSpec, tie_break: bool) -> sql.Composed:
         "ORDER BY t.{col} <=> %(q)s{tie} LIMIT %(k)s"
     ).format(
         key=sql.Identifier(spec.key_column),
-        table=source.table(spec),
+        table=naming.table(spec),
         col=sql.Identifier(spec.embedding_column),
         tie=sql.SQL(", 1") if tie_break else sql.SQL(""),
     )
@@ -77,14 +76,14 @@ def uses_index(conn: psycopg.Connection, spec: ModelSpec, vector: Vectors, k: in
         _prefer_index(conn, None)
         query = sql.SQL("EXPLAIN (FORMAT JSON) ") + _top_k(spec, tie_break=False)
         row = conn.execute(query, {"q": Vector(vector), "k": k}).fetchone()
-    return row is not None and f'"{ddl.index_name(spec)}"' in json.dumps(row[0])
+    return row is not None and f'"{naming.index_name(spec)}"' in json.dumps(row[0])
 
 
 def count_keys(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> int:
     """How many of `keys` are rows of the model's table."""
     row = conn.execute(
         sql.SQL("SELECT count(*) FROM {table} WHERE {key}::text = ANY(%s)").format(
-            table=source.table(spec), key=sql.Identifier(spec.key_column)
+            table=naming.table(spec), key=sql.Identifier(spec.key_column)
         ),
         (list(keys),),
     ).fetchone()
@@ -102,7 +101,7 @@ def stored_sample(conn: psycopg.Connection, spec: ModelSpec, n: int) -> tuple[li
         ).format(
             key=sql.Identifier(spec.key_column),
             col=sql.Identifier(spec.embedding_column),
-            table=source.table(spec),
+            table=naming.table(spec),
         ),
         (n,),
     ).fetchall()

@@ -1,25 +1,22 @@
-"""One batch of one model in three steps: fetch (claim + read), embed, store (write + account).
-
-fetch and store are short database work; embed runs outside any transaction. `run_batch` does
-the three in a row; pipeline.py overlaps them across consecutive batches.
+"""One batch of one model in three steps: fetch (claim + read), embed, write_back (write +
+account). fetch and write_back are short database work (their SQL is in store.py); embed runs
+outside any transaction. pipeline.py overlaps the steps across consecutive batches.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 import psycopg
 
-from pgembed import sqlfiles
 from pgembed.catalog import registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.lifecycle import models
-from pgembed.sync import queue, source, writer
+from pgembed.sync import store
 from pgembed.sync.isolate import Embedded, embed_rows
-from pgembed.sync.source import SourceRow
+from pgembed.sync.store import Claim, SourceRow
 
 log = logging.getLogger("pgembed.sync")
 
@@ -54,20 +51,20 @@ class Claimed:
     """Claimed keys and the rows they still have (gone or blank rows do not come back)."""
 
     spec: ModelSpec
-    claims: list[queue.Claim]
+    claims: list[Claim]
     rows: list[SourceRow]
 
 
 def fetch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) -> Claimed | None:
     """Claim up to a batch of ready keys and read their text; None when nothing is ready."""
-    claims = queue.claim(conn, spec.name, config.worker_id, config.batch_size, config.lease_seconds)
-    if not claims and queue.transfer(conn, spec.name):
-        claims = queue.claim(
+    claims = store.claim(conn, spec.name, config.worker_id, config.batch_size, config.lease_seconds)
+    if not claims and store.transfer(conn, spec.name):
+        claims = store.claim(
             conn, spec.name, config.worker_id, config.batch_size, config.lease_seconds
         )
     if not claims:
         return None
-    return Claimed(spec, claims, source.read(conn, spec, [c.key for c in claims]))
+    return Claimed(spec, claims, store.read(conn, spec, [c.key for c in claims]))
 
 
 def embed(claimed: Claimed, config: BatchConfig) -> Embedded:
@@ -75,7 +72,7 @@ def embed(claimed: Claimed, config: BatchConfig) -> Embedded:
     return embed_rows(embedder.get(settings), claimed.rows)
 
 
-def store(
+def write_back(
     conn: psycopg.Connection,
     claimed: Claimed,
     result: Embedded,
@@ -91,15 +88,18 @@ def store(
             changed = True
         else:
             changed = False
-            written = writer.write(
+            written = store.write(
                 conn,
                 spec,
                 [row.key for row in result.rows],
                 [row.text_md5 for row in result.rows],
                 result.matrix(),
             )
-            queue.complete(conn, spec.name, [c for c in claims if c.key not in failed_keys])
-            _account(conn, spec, config.worker_id, written, result, seconds)
+            store.complete(conn, spec.name, [c for c in claims if c.key not in failed_keys])
+            truncated = written & set(result.truncated)
+            store.account(
+                conn, spec.name, config.worker_id, list(written), list(truncated), seconds
+            )
     if changed:
         raise ModelChanged("changed since this worker read the catalog: batch given back")
     _record_failures(conn, spec, config, {c.key: c for c in claims}, result)
@@ -117,17 +117,7 @@ def store(
 
 def release(conn: psycopg.Connection, claimed: Claimed) -> None:
     """Hand a batch that will not be embedded back to the queue at once."""
-    queue.release(conn, claimed.spec.name, claimed.claims)
-
-
-def run_batch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) -> BatchResult | None:
-    """Process one batch without overlap; None when the model's queue has nothing ready."""
-    started = time.monotonic()
-    claimed = fetch(conn, spec, config)
-    if claimed is None:
-        return None
-    result = embed(claimed, config)
-    return store(conn, claimed, result, config, time.monotonic() - started)
+    store.release(conn, claimed.spec.name, claimed.claims)
 
 
 def _changed(conn: psycopg.Connection, spec: ModelSpec) -> bool:
@@ -141,35 +131,15 @@ def _changed(conn: psycopg.Connection, spec: ModelSpec) -> bool:
     return current is None or not registry.same_space(current, spec)
 
 
-def _account(
-    conn: psycopg.Connection,
-    spec: ModelSpec,
-    worker_id: str,
-    written: set[str],
-    result: Embedded,
-    seconds: float,
-) -> None:
-    keys = sorted(written)
-    params = {"model": spec.name, "keys": keys}
-    conn.execute(sqlfiles.get("queue", "forget_failures"), params)
-    conn.execute(sqlfiles.get("queue", "unmark_truncated"), params)
-    truncated = sorted(written & set(result.truncated))
-    conn.execute(sqlfiles.get("queue", "mark_truncated"), {"model": spec.name, "keys": truncated})
-    conn.execute(
-        sqlfiles.get("queue", "log_batch"),
-        {"model": spec.name, "worker": worker_id, "rows": len(keys), "seconds": seconds},
-    )
-
-
 def _record_failures(
     conn: psycopg.Connection,
     spec: ModelSpec,
     config: BatchConfig,
-    claims: dict[str, queue.Claim],
+    claims: dict[str, Claim],
     result: Embedded,
 ) -> None:
     for row, error in result.failed:
-        moved = queue.fail(conn, spec.name, claims[row.key], error, config.max_attempts)
+        moved = store.fail(conn, spec.name, claims[row.key], error, config.max_attempts)
         log.warning(
             "model=%s key=%s failed%s: %s",
             spec.name,

@@ -9,7 +9,7 @@ import numpy as np
 
 from pgembed.encode import batches
 from pgembed.encode.embedder import Embedder, Vectors
-from pgembed.sync.source import SourceRow
+from pgembed.sync.store import SourceRow
 
 
 @dataclass

@@ -29,7 +29,7 @@ from pgembed.sync.batch import (
     embed,
     fetch,
     release,
-    store,
+    write_back,
 )
 from pgembed.sync.isolate import Embedded
 
@@ -107,7 +107,7 @@ class Pipeline:
         now = time.monotonic()
         seconds, self._last_done = now - self._last_done, now  # wall time per batch, overlapped
         stored = self._guarded(
-            claimed.spec, partial(store, self._conn, claimed, result, self._config, seconds)
+            claimed.spec, partial(write_back, self._conn, claimed, result, self._config, seconds)
         )
         self._on_io_idle()
         return None if stored is None else (claimed.spec, stored)

@@ -18,13 +18,15 @@ from dataclasses import dataclass
 from functools import partial
 
 import psycopg
+from psycopg import sql
 
-from pgembed import db, migrate, sqlfiles
-from pgembed.catalog import registry
+from pgembed import db, migrate
+from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import batches, embedder, hardware
 from pgembed.errors import DatabaseError, NotFoundError
 from pgembed.lifecycle import models
+from pgembed.sync import store
 from pgembed.sync.batch import BatchConfig, BatchResult
 from pgembed.sync.pipeline import Pipeline
 
@@ -113,16 +115,16 @@ class Worker:
         listener = db.connect(self.url, vector=False)
         try:
             migrate.require_current(conn)
-            listener.execute("LISTEN pgembed")
+            listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(naming.CHANNEL)))
             if self._started:  # claims held before the fault are dead: hand them back now
-                conn.execute(sqlfiles.get("queue", "release_worker"), {"worker": self.id})
+                store.release_worker(conn, self.id)
                 log.info("reconnected to the database")
             try:
                 self._loop(conn, listener)
             except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
                 migrate.require_current(conn)  # says "run `pgembed migrate`" if that is the cause
                 raise
-            conn.execute(sqlfiles.get("queue", "worker_exit"), {"worker": self.id})
+            store.worker_exit(conn, self.id)
         finally:
             conn.close()
             listener.close()
@@ -213,16 +215,7 @@ class Worker:
         if not force and now - self._last_heartbeat < self.options.heartbeat_seconds:
             return
         self._last_heartbeat = now
-        conn.execute(
-            sqlfiles.get("queue", "heartbeat"),
-            {
-                "worker": self.id,
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "models": [s.name for s in specs],
-            },
-        )
-        conn.execute(sqlfiles.get("queue", "prune"))
+        store.heartbeat(conn, self.id, socket.gethostname(), os.getpid(), [s.name for s in specs])
 
     def _wait(self, listener: psycopg.Connection) -> None:
         """Sleep until a NOTIFY, the poll timer or stop; in short slices so stop is prompt."""
@@ -233,13 +226,3 @@ class Worker:
                 return
             for _ in listener.notifies(timeout=min(remaining, 0.5), stop_after=1):
                 return
-
-
-def queued_count(conn: psycopg.Connection, model_names: Sequence[str]) -> int:
-    """Keys waiting in the queue or, captured but not yet moved, in the inbox."""
-    row = conn.execute(
-        "SELECT count(*) FROM (SELECT model, key FROM pgembed.queue WHERE model = ANY(%(m)s) "
-        "UNION SELECT model, key FROM pgembed.inbox WHERE model = ANY(%(m)s)) k",
-        {"m": list(model_names)},
-    ).fetchone()
-    return int(row[0]) if row else 0

@@ -1,3 +1,6 @@
+-- Every static statement of the sync path (claim, read, write-back, account, workers).
+-- Loaded by pgembed.sqlfiles; pgembed/sync/store.py is the only caller.
+
 -- name: claim
 -- Take up to `limit` ready keys; the lease is the pushed-forward next_attempt_at, so a killed
 -- worker's keys become ready again by themselves. One short statement: no transaction stays open.
@@ -37,6 +40,7 @@ USING unnest(%(keys)s::text[], %(seqs)s::bigint[]) AS d(key, seq)
 WHERE q.model = %(model)s AND q.key = d.key AND q.seq = d.seq;
 
 -- name: release
+-- Hand claimed keys back at once (a batch that will not be embedded).
 UPDATE pgembed.queue q
 SET next_attempt_at = now(), claimed_by = NULL
 FROM unnest(%(keys)s::text[], %(seqs)s::bigint[]) AS d(key, seq)
@@ -62,6 +66,7 @@ SET attempts = attempts + 1, last_error = %(error)s, claimed_by = NULL,
 WHERE model = %(model)s AND key = %(key)s AND seq = %(seq)s;
 
 -- name: retry_failures
+-- `pgembed retry`: failed keys back to the queue.
 WITH moved AS (
     DELETE FROM pgembed.failures WHERE model = ANY(%(models)s) RETURNING model, key
 )
@@ -70,25 +75,30 @@ SELECT model, key FROM moved
 ON CONFLICT (model, key) DO NOTHING;
 
 -- name: forget_failures
+-- Keys written at last are no longer failures.
 DELETE FROM pgembed.failures f
 USING unnest(%(keys)s::text[]) AS d(key)
 WHERE f.model = %(model)s AND f.key = d.key;
 
 -- name: mark_truncated
+-- Keys whose text was longer than the model's window (status counts them).
 INSERT INTO pgembed.truncated (model, key)
 SELECT %(model)s, key FROM unnest(%(keys)s::text[]) AS d(key)
 ON CONFLICT DO NOTHING;
 
 -- name: unmark_truncated
+-- A new text of a key may fit: forget an older mark when it is written.
 DELETE FROM pgembed.truncated t
 USING unnest(%(keys)s::text[]) AS d(key)
 WHERE t.model = %(model)s AND t.key = d.key;
 
 -- name: log_batch
+-- One row per written batch: status's rows/s.
 INSERT INTO pgembed.batches (model, worker_id, rows, seconds)
 VALUES (%(model)s, %(worker)s, %(rows)s, %(seconds)s);
 
 -- name: heartbeat
+-- A worker says it is alive, and which models it serves.
 INSERT INTO pgembed.workers (id, host, pid, models)
 VALUES (%(worker)s, %(host)s, %(pid)s, %(models)s)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), models = excluded.models;
@@ -99,9 +109,17 @@ DELETE FROM pgembed.batches WHERE finished_at < now() - interval '1 hour';
 DELETE FROM pgembed.workers WHERE heartbeat_at < now() - interval '1 day';
 
 -- name: worker_exit
+-- A worker that stops cleanly leaves the list of live workers at once.
 DELETE FROM pgembed.workers WHERE id = %(worker)s;
 
 -- name: release_worker
 -- After a reconnect: claims this worker held before the fault are handed back at once.
 UPDATE pgembed.queue SET next_attempt_at = now(), claimed_by = NULL
 WHERE claimed_by = %(worker)s;
+
+-- name: queued_count
+-- Keys waiting in the queue or, captured but not yet moved, in the inbox.
+SELECT count(*) FROM (
+    SELECT model, key FROM pgembed.queue WHERE model = ANY(%(models)s)
+    UNION SELECT model, key FROM pgembed.inbox WHERE model = ANY(%(models)s)
+) k;

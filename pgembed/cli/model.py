@@ -1,0 +1,185 @@
+"""`pgembed model ...`: add, list, remove, fulltext and alter a model."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from pgembed.catalog import registry
+from pgembed.cli.app import App, pass_app
+from pgembed.cli.reindex import describe, fill_options, hnsw_options, run_options, run_reindex
+from pgembed.encode import precision
+from pgembed.lifecycle import models, reindex
+
+
+@click.group("model")
+def model_group() -> None:
+    """Add, list and remove models (one vector column and HNSW index each)."""
+
+
+@model_group.command("add")
+@click.argument("name")
+@click.option("--table", "table", required=True, help="The table to watch ([schema.]table).")
+@click.option("--column", required=True, help="The text column to embed.")
+@click.option("--key", help="Unique key column. Default: the table's single-column primary key.")
+@click.option(
+    "--model",
+    "model_ref",
+    default="all-MiniLM-L6-v2",
+    show_default=True,
+    help="sentence-transformers checkpoint: a known name, a local directory or a hub id.",
+)
+@click.option(
+    "--pooling",
+    type=click.Choice(registry.POOLINGS),
+    help="Pooling of token vectors. Default: the checkpoint's own.",
+)
+@click.option("--no-normalize", is_flag=True, help="Keep vectors unnormalised.")
+@click.option(
+    "--max-seq-length",
+    type=click.IntRange(min=1),
+    help="Truncate texts to this many word pieces. Default: the checkpoint's own.",
+)
+@click.option("--query-prefix", default="", help="Text put before every query.")
+@click.option("--document-prefix", default="", help="Text put before every embedded row.")
+@click.option("--fulltext", is_flag=True, help="Also create the index --hybrid needs.")
+@click.option(
+    "--precision",
+    "precision_",
+    type=click.Choice(precision.REQUESTS),
+    default="auto",
+    show_default=True,
+    help="Arithmetic of the encoder; kept only if its vectors agree with fp32 (cosine >= 0.999).",
+)
+@pass_app
+def model_add(
+    app: App,
+    name: str,
+    table: str,
+    column: str,
+    key: str | None,
+    model_ref: str,
+    pooling: str | None,
+    no_normalize: bool,
+    max_seq_length: int | None,
+    query_prefix: str,
+    document_prefix: str,
+    fulltext: bool,
+    precision_: str,
+) -> None:
+    """Register model NAME on a table's text column and queue its existing rows."""
+    request = models.AddRequest(
+        name=name,
+        table=table,
+        column=column,
+        key=key,
+        model_ref=model_ref,
+        pooling=pooling,
+        normalize=not no_normalize,
+        max_seq_length=max_seq_length,
+        query_prefix=query_prefix,
+        document_prefix=document_prefix,
+        fulltext=fulltext,
+        precision=precision_,
+    )
+    with app.connect() as conn:
+        spec, queued = models.add(conn, request)
+    click.echo(
+        f"added model {spec.name}: {spec.model_ref} ({spec.pooling} pooling, {spec.dimensions} "
+        f"dimensions) on {spec.qualified_table}.{spec.text_column} -> {spec.embedding_column}; "
+        f"{queued} rows queued (run `pgembed sync`)"
+    )
+    click.echo(f"precision {spec.precision}: {spec.precision_note}")
+
+
+@model_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def model_list(app: App, as_json: bool) -> None:
+    """List registered models."""
+    with app.connect() as conn:
+        specs = registry.all_models(conn)
+    if as_json:
+        click.echo(json.dumps([s.as_dict() for s in specs], indent=2))
+        return
+    if not specs:
+        click.echo("no models: add one with `pgembed model add`")
+    for s in specs:
+        click.echo(
+            f"{s.name}\t{s.qualified_table}.{s.text_column} -> {s.embedding_column}\t"
+            f"{s.model_ref}\t{s.pooling}\t{s.dimensions}d"
+        )
+
+
+@model_group.command("remove")
+@click.argument("name")
+@pass_app
+def model_remove(app: App, name: str) -> None:
+    """Drop model NAME's column, index, queue and triggers; the table's other data stays."""
+    with app.connect() as conn:
+        spec = models.remove(conn, name)
+    click.echo(f"removed model {spec.name} ({spec.embedding_column} dropped)")
+
+
+@model_group.command("fulltext")
+@click.argument("name")
+@pass_app
+def model_fulltext(app: App, name: str) -> None:
+    """Create model NAME's full-text index (for --hybrid), without blocking writes."""
+    with app.connect() as conn:
+        spec = models.fulltext(conn, name)
+    click.echo(f"model {spec.name}: full-text index pgembed_{spec.name}_fts is ready")
+
+
+@model_group.command("alter")
+@click.argument("name")
+@click.option(
+    "--model", "model_ref", help="Another checkpoint: a known name, a local directory or a hub id."
+)
+@click.option("--pooling", type=click.Choice(registry.POOLINGS), help="mean, cls or max.")
+@click.option(
+    "--max-seq-length", type=click.IntRange(min=1), help="Truncate texts to this many word pieces."
+)
+@click.option("--normalize/--no-normalize", default=None, help="L2-normalise vectors (or not).")
+@click.option("--query-prefix", help="Text put before every query.")
+@click.option("--document-prefix", help="Text put before every embedded row.")
+@click.option(
+    "--precision",
+    "precision_",
+    type=click.Choice(precision.REQUESTS),
+    help="auto, fp32, bf16 or int8; checked against fp32. Alone it changes no vector: no reindex.",
+)
+@hnsw_options
+@click.option(
+    "--no-wait", is_flag=True, help="Only register the new version; `pgembed reindex` finishes it."
+)
+@fill_options
+@click.pass_obj
+def model_alter(app: App, /, name: str, no_wait: bool, **kw: Any) -> None:
+    """Record new settings as the next version of model NAME and reindex online into them."""
+    change = reindex.Change(
+        model_ref=kw["model_ref"],
+        pooling=kw["pooling"],
+        normalize=kw["normalize"],
+        max_seq_length=kw["max_seq_length"],
+        query_prefix=kw["query_prefix"],
+        document_prefix=kw["document_prefix"],
+        hnsw_m=kw["m"],
+        hnsw_ef_construction=kw["ef_construction"],
+        precision=kw["precision_"],
+    )
+    with app.connect() as conn:
+        if change.precision_only():
+            spec = models.alter_precision(conn, name, kw["precision_"])
+            click.echo(f"model {name}: precision {spec.precision}: {spec.precision_note}")
+            return
+        shadow, queued = reindex.begin(conn, name, change)
+    click.echo(
+        f"model {name}: version {shadow.version} ({describe(shadow)}) registered as "
+        f"{shadow.name}; {queued} rows queued"
+    )
+    click.echo(f"precision {shadow.precision}: {shadow.precision_note}")
+    if not no_wait:
+        run_reindex(app, name, run_options(kw))

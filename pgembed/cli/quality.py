@@ -1,0 +1,102 @@
+"""`pgembed eval` and `pgembed tune`: how good a model's search is, and its ef_search."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+
+from pgembed.catalog import registry
+from pgembed.cli.app import App
+from pgembed.search import evaluate, tune
+
+
+@click.command("eval")
+@click.argument("name")
+@click.option(
+    "--queries",
+    "queries_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="BEIR queries: JSON lines with `_id` and `text`.",
+)
+@click.option(
+    "--qrels",
+    "qrels_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="BEIR qrels: TSV `query-id, corpus-id, score` with a header.",
+)
+@click.option("-k", "k", type=click.IntRange(1, 1000), default=10, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def eval_cmd(
+    app: App, name: str, queries_path: Path, qrels_path: Path, k: int, as_json: bool
+) -> None:
+    """nDCG@k, recall@k and MRR@k of model NAME, exact and through its index."""
+    queries = evaluate.read_queries(queries_path)
+    qrels = evaluate.read_qrels(qrels_path)
+    with app.connect() as conn:
+        result = evaluate.evaluate(conn, registry.get(conn, name), queries, qrels, k)
+    if as_json:
+        click.echo(json.dumps(asdict(result), indent=2))
+        return
+    click.echo(f"{name}: {result.queries} queries with qrels, k={k}")
+    if result.skipped_queries or result.missing_documents:
+        click.echo(
+            f"  ({result.skipped_queries} qrels queries without text skipped; "
+            f"{result.missing_documents} judged documents are not rows of the table)"
+        )
+    click.echo(f"  {'':<28}{'nDCG@' + str(k):>10}{'recall@' + str(k):>11}{'MRR@' + str(k):>9}")
+    index = f"indexed (ef_search {result.ef_search})" + ("" if result.index_used else " [no index]")
+    for label, m in (("exact", result.exact), (index, result.indexed)):
+        click.echo(f"  {label:<28}{m.ndcg:>10.4f}{m.recall:>11.4f}{m.mrr:>9.4f}")
+    click.echo(f"  index recall@{k} against exact search: {result.index_recall:.4f}")
+
+
+@click.command("tune")
+@click.argument("name")
+@click.option(
+    "--target-recall", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True
+)
+@click.option(
+    "--queries",
+    "queries_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Query texts (BEIR JSON lines). Default: stored vectors as queries.",
+)
+@click.option("-k", "k", type=click.IntRange(1, 1000), default=10, show_default=True)
+@click.option(
+    "--sample",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="At most this many queries.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def tune_cmd(
+    app: App,
+    name: str,
+    target_recall: float,
+    queries_path: Path | None,
+    k: int,
+    sample: int,
+    as_json: bool,
+) -> None:
+    """Find the smallest ef_search meeting the target recall@k and make it NAME's default."""
+    texts = list(evaluate.read_queries(queries_path).values()) if queries_path else []
+    with app.connect() as conn:
+        result = tune.tune(conn, registry.get(conn, name), target_recall, k, texts, sample)
+    if as_json:
+        click.echo(json.dumps(asdict(result), indent=2))
+        return
+    for step in result.steps:
+        click.echo(f"  ef_search {step.ef_search:>4}: recall@{k} {step.recall:.4f}")
+    verdict = "meets" if result.reached else "is the best available but misses"
+    click.echo(
+        f"model {name}: ef_search {result.ef_search} recorded (recall@{k} {result.recall:.4f} on "
+        f"{result.sample} queries {verdict} the target {result.target})"
+    )

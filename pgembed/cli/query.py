@@ -1,0 +1,58 @@
+"""`pgembed query`: the rows nearest to a text or to a row."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import click
+
+from pgembed.catalog import registry
+from pgembed.cli.app import App, pass_app
+from pgembed.search import helpers
+
+
+@click.command("query")
+@click.argument("text", required=False)
+@click.option("--model", "model_name", required=True, help="The model to search with.")
+@click.option("-k", "k", type=click.IntRange(1, 1000), default=10, show_default=True)
+@click.option("--filter", "filter_json", metavar="JSON", help='Only rows matching {"col": value}.')
+@click.option("--similar-to", metavar="KEY", help="Rows like this row (instead of TEXT).")
+@click.option("--hybrid", is_flag=True, help="Fuse with a full-text ranking of TEXT.")
+@click.option("--ef-search", type=click.IntRange(1, 1000), help="hnsw.ef_search for this query.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_app
+def query_cmd(
+    app: App,
+    text: str | None,
+    model_name: str,
+    k: int,
+    filter_json: str | None,
+    similar_to: str | None,
+    hybrid: bool,
+    ef_search: int | None,
+    as_json: bool,
+) -> None:
+    """Print the K rows nearest to TEXT (or to the row --similar-to KEY)."""
+    request = helpers.Request(
+        text=text,
+        k=k,
+        filter=helpers.parse_filter(filter_json),
+        similar_to=similar_to,
+        hybrid=hybrid,
+        ef_search=ef_search,
+    )
+    with app.connect() as conn:
+        spec = registry.get(conn, model_name)
+        hits = helpers.run(conn, spec, request)
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(h) for h in hits]))
+        return
+    for h in hits:
+        score = f"{h.similarity:.3f}" if isinstance(h, helpers.Hit) else f"{h.score:.4f}"
+        click.echo(f"{h.key}\t{score}\t{snippet(h.text)}")
+
+
+def snippet(text: str, width: int = 100) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"

@@ -1,0 +1,206 @@
+"""`pgembed reindex`: re-embed online or rebuild the HNSW index, with progress and clean stops."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+from tqdm import tqdm
+
+from pgembed.catalog import naming, registry
+from pgembed.catalog.registry import ModelSpec
+from pgembed.cli.app import App
+from pgembed.errors import UsageError
+from pgembed.lifecycle import indexbuild, reindex
+
+F = Callable[..., Any]
+
+
+def fill_options(command: F) -> F:
+    """Options of the worker that fills a shadow and of the index build."""
+    for option in reversed(
+        [
+            click.option(
+                "--batch-size", type=click.IntRange(1, 10_000), default=64, show_default=True
+            ),
+            click.option(
+                "--lease-seconds", type=click.FloatRange(min=1), default=60.0, show_default=True
+            ),
+            click.option(
+                "--max-attempts", type=click.IntRange(min=1), default=5, show_default=True
+            ),
+            click.option(
+                "--maintenance-work-mem",
+                default="1GB",
+                show_default=True,
+                help="maintenance_work_mem for the index build (HNSW builds fastest in memory).",
+            ),
+            click.option(
+                "--parallel-workers",
+                type=click.IntRange(0, 64),
+                default=2,
+                show_default=True,
+                help="max_parallel_maintenance_workers for the index build.",
+            ),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def hnsw_options(command: F) -> F:
+    command = click.option(
+        "--ef-construction", type=click.IntRange(4, 1000), help="HNSW ef_construction."
+    )(command)
+    return click.option("--m", "m", type=click.IntRange(2, 100), help="HNSW m (links per node).")(
+        command
+    )
+
+
+def run_options(kw: dict[str, Any]) -> reindex.Options:
+    return reindex.Options(
+        batch_size=kw["batch_size"],
+        lease_seconds=kw["lease_seconds"],
+        max_attempts=kw["max_attempts"],
+        build=indexbuild.BuildSettings(kw["maintenance_work_mem"], kw["parallel_workers"]),
+    )
+
+
+@click.command("reindex")
+@click.argument("name")
+@click.option("--index-only", is_flag=True, help="Rebuild only the HNSW index, concurrently.")
+@hnsw_options
+@click.option("--abort", is_flag=True, help="Drop a reindex in progress; the live model stays.")
+@fill_options
+@click.pass_obj
+def reindex_cmd(app: App, /, name: str, index_only: bool, abort: bool, **kw: Any) -> None:
+    """Re-embed model NAME into a new column and switch searches over with no downtime.
+
+    Resumes a reindex in progress (from `model alter` or an interrupted run) where it stopped.
+    """
+    hnsw = kw["m"] is not None or kw["ef_construction"] is not None
+    if index_only and abort:
+        raise UsageError("--abort stops a full reindex; an --index-only rebuild stops with Ctrl-C")
+    if index_only:
+        _rebuild_index(app, name, kw)
+        return
+    with app.connect() as conn:
+        if abort:
+            shadow = reindex.abort(conn, name)
+            click.echo(
+                f"model {name}: reindex to version {shadow.version} aborted ({shadow.name} dropped)"
+            )
+            return
+        running = registry.shadow(conn, name)
+        if running is not None and hnsw:
+            raise UsageError(
+                f"model {name!r} has a reindex in progress: --m and --ef-construction apply when "
+                "a reindex starts (run it without them to finish, or --abort it)"
+            )
+        if running is None:
+            change = reindex.Change(hnsw_m=kw["m"], hnsw_ef_construction=kw["ef_construction"])
+            shadow, queued = reindex.begin(conn, name, change if hnsw else None)
+            click.echo(
+                f"model {name}: version {shadow.version} ({describe(shadow)}); {queued} queued"
+            )
+    run_reindex(app, name, run_options(kw))
+
+
+def run_reindex(app: App, name: str, options: reindex.Options) -> None:
+    with _Bars() as reporter:
+        runner = reindex.Reindex(app.url, name, options, reporter)
+        with _stopping(runner.stop):
+            spec = runner.run()
+    if spec is None:
+        click.echo(
+            f"pgembed: reindex of {name} stopped: run `pgembed reindex {name}` to resume", err=True
+        )
+        sys.exit(130)
+    click.echo(
+        f"model {name}: version {spec.version} ({describe(spec)}) is live in "
+        f"{spec.embedding_column}; the previous column and index were dropped"
+    )
+
+
+def _rebuild_index(app: App, name: str, kw: dict[str, Any]) -> None:
+    options = run_options(kw)
+    with _Bars() as reporter:
+        reporter.phase("building index")
+        stop = threading.Event()
+        with _stopping(stop.set):
+            spec = indexbuild.rebuild(
+                app.url, name, kw["m"], kw["ef_construction"], options.build, reporter.index, stop
+            )
+    if spec is None:
+        click.echo(
+            f"pgembed: index rebuild of {name} stopped; the old index is still in use", err=True
+        )
+        sys.exit(130)
+    params = f"m={spec.hnsw_m}, ef_construction={spec.hnsw_ef_construction}"
+    click.echo(f"model {name}: index {naming.index_name(spec)} rebuilt with {params}")
+
+
+def describe(spec: ModelSpec) -> str:
+    return (
+        f"{spec.model_ref}, {spec.pooling} pooling, {spec.dimensions} dimensions, {spec.precision}"
+    )
+
+
+@contextmanager
+def _stopping(stop: Callable[[], None]) -> Iterator[None]:
+    """SIGINT/SIGTERM ask for a clean stop (a rerun resumes); the old handlers come back after."""
+
+    def handler(_signum: int, _frame: object) -> None:
+        stop()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+class _Bars(reindex.Reporter):
+    """Progress on stderr: a line per phase, and bars when stderr is a terminal."""
+
+    def __init__(self) -> None:
+        self._bar: tqdm[Any] | None = None
+        self._show = sys.stderr.isatty()
+
+    def __enter__(self) -> _Bars:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def phase(self, text: str) -> None:
+        self._close()
+        click.echo(f"{text}…", err=True)
+        unit = "rows" if text == "embedding" else "blocks"
+        self._bar = tqdm(desc=text, unit=unit, disable=not self._show, leave=True)
+
+    def rows(self, done: int, total: int) -> None:
+        if self._bar is not None:
+            self._bar.total = total
+            self._bar.n = done
+            self._bar.refresh()
+
+    def advance(self, rows: int) -> None:
+        if self._bar is not None:
+            self._bar.update(rows)
+
+    def index(self, sample: indexbuild.Progress) -> None:
+        if self._bar is not None:
+            self._bar.set_description(sample.phase, refresh=False)
+            self.rows(sample.done, sample.total)

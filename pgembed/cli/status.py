@@ -1,0 +1,66 @@
+"""`pgembed status`: per model, progress, backlog, failures, throughput, workers."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+import psycopg
+
+from pgembed.cli.app import App, pass_app
+from pgembed.lifecycle import status
+
+
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--watch", is_flag=True, help="Refresh every --interval seconds.")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True)
+@pass_app
+def status_cmd(app: App, as_json: bool, watch: bool, interval: float) -> None:
+    """Per model: rows embedded, backlog, lag, failures, throughput and live workers."""
+    with app.connect() as conn:
+        while True:
+            report = status.all_status(conn)
+            text = json.dumps(report, indent=2) if as_json else _status_text(conn, report)
+            if watch:
+                click.clear()
+            click.echo(text)
+            if not watch:
+                return
+            time.sleep(interval)
+
+
+def _status_text(conn: psycopg.Connection, report: list[dict[str, Any]]) -> str:
+    if not report:
+        return "no models: add one with `pgembed model add`"
+    lines = []
+    for m in report:
+        lines.append(
+            f"{m['name']}: {m['model']} ({m['pooling']}, {m['dimensions']}d) on "
+            f"{m['table']}.{m['column']}\n"
+            f"  embedded {m['rows_embedded']}/{m['rows_total']}  queued {m['queued']}  "
+            f"lag {m['lag_seconds']:.1f}s  failed {m['failed']}  truncated {m['truncated']}  "
+            f"{m['rows_per_second']:.1f} rows/s  workers {len(m['workers'])}\n"
+            f"  precision {m['precision']}: {m['precision_note']}"
+        )
+        if m.get("reindex"):
+            lines.append(reindex_line(m["name"], m["reindex"]))
+    failed = status.failures(conn)
+    if failed:
+        lines.append("recent failures (`pgembed retry` requeues them):")
+        lines += [
+            f"  {f['model']} key={f['key']} attempts={f['attempts']}: {f['error']}" for f in failed
+        ]
+    return "\n".join(lines)
+
+
+def reindex_line(name: str, info: dict[str, Any]) -> str:
+    """The `pgembed status` line of a reindex in progress."""
+    index = "index built" if info["index_built"] else "index not built yet"
+    return (
+        f"  reindex to version {info['version']} in progress ({info['model']}, {info['pooling']}, "
+        f"{info['dimensions']}d): embedded {info['rows_embedded']}/{info['rows_total']}  "
+        f"queued {info['queued']}  {index}  (`pgembed reindex {name}` finishes it)"
+    )

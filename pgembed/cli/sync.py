@@ -1,0 +1,129 @@
+"""`pgembed sync` (the daemon, or --once) and `pgembed retry`."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from collections.abc import Callable
+
+import click
+
+from pgembed.catalog import registry
+from pgembed.cli.app import App, pass_app
+from pgembed.cli.logs import setup_logging
+from pgembed.cli.progress import progress_bar
+from pgembed.encode import batches, hardware
+from pgembed.sync import store, worker
+
+
+@click.command("sync")
+@click.option("--once", is_flag=True, help="Drain every queue, then exit.")
+@click.option(
+    "--model",
+    "model_names",
+    multiple=True,
+    metavar="NAME",
+    help="Only these models (repeatable). Default: all.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 10_000),
+    help="Keys claimed at once, encoded in length-sorted batches. Default: 256, on a GPU 1024.",
+)
+@click.option(
+    "--lease-seconds",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    help="How long a claim lasts before another worker may take it over.",
+)
+@click.option(
+    "--poll-seconds",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Poll this often even without a NOTIFY.",
+)
+@click.option("--max-attempts", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option(
+    "--device",
+    type=click.Choice(hardware.DEVICES),
+    default="auto",
+    show_default=True,
+    help="Where to encode: auto picks a CUDA GPU when one is visible.",
+)
+@pass_app
+def sync_cmd(
+    app: App,
+    once: bool,
+    model_names: tuple[str, ...],
+    batch_size: int | None,
+    lease_seconds: float,
+    poll_seconds: float,
+    max_attempts: int,
+    log_format: str,
+    device: str,
+) -> None:
+    """Embed queued rows and write their vectors; runs until SIGINT/SIGTERM unless --once."""
+    setup_logging(log_format, quiet=once and sys.stderr.isatty())
+    device = hardware.resolve_device(device)
+    options = worker.Options(
+        models=model_names,
+        batch_size=batch_size or batches.default_claim_size(device),
+        lease_seconds=lease_seconds,
+        poll_seconds=poll_seconds,
+        max_attempts=max_attempts,
+        once=once,
+        device=device,
+    )
+    url = app.url
+    with app.connect() as conn:
+        names = model_names or tuple(s.name for s in registry.all_models(conn))
+        for name in names:
+            registry.get(conn, name)
+        total = store.queued_count(conn, names) if once else None
+    with progress_bar(total, "embedding", enabled=once) as advance:
+        w = worker.Worker(url, options, on_progress=lambda _model, n: advance(n))
+        _stop_on_signals(w.stop)
+        stats = w.run()
+    click.echo(
+        f"synced: {stats.written} written, {stats.skipped} skipped, {stats.failed} failed",
+        err=not once,
+    )
+    if once:
+        with app.connect() as conn:
+            waiting = store.queued_count(conn, names)
+        if waiting:
+            click.echo(f"{waiting} rows wait for a retry after a failure: see `pgembed status`")
+
+
+def _stop_on_signals(stop: Callable[[], None]) -> None:
+    def handler(signum: int, _frame: object) -> None:
+        logging.getLogger("pgembed.sync").info("signal %d: finishing the current batch", signum)
+        stop()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+@click.command("retry")
+@click.option(
+    "--model",
+    "model_names",
+    multiple=True,
+    metavar="NAME",
+    help="Only these models (repeatable). Default: all.",
+)
+@pass_app
+def retry_cmd(app: App, model_names: tuple[str, ...]) -> None:
+    """Move failed rows back to the queue."""
+    with app.connect() as conn:
+        names = list(model_names) or [s.name for s in registry.all_models(conn)]
+        for name in names:
+            registry.get(conn, name)
+        count = store.retry_failures(conn, names)
+    click.echo(f"requeued {count} failed rows")

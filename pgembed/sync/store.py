@@ -1,0 +1,189 @@
+"""Every statement of the sync path: claim, transfer, read, write back, complete, release, fail,
+account, and the workers' heartbeats. The batch, pipeline and worker modules write no SQL.
+
+Static statements are named in sql/sync.sql; only the ones that name the user's table and columns
+are composed here, with psycopg.sql.Identifier. Each call is one short transaction (or runs in the
+caller's): no transaction stays open while a batch is embedded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+from pgvector import Vector
+from psycopg import sql
+
+from pgembed import sqlfiles
+from pgembed.catalog import naming
+from pgembed.catalog.registry import ModelSpec
+
+
+@dataclass(frozen=True)
+class Claim:
+    key: str
+    seq: int
+    attempts: int
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    key: str
+    text: str
+    text_md5: str
+
+
+def claim(
+    conn: psycopg.Connection, model: str, worker: str, limit: int, lease_seconds: float
+) -> list[Claim]:
+    rows = conn.execute(
+        sqlfiles.get("sync", "claim"),
+        {"model": model, "worker": worker, "limit": limit, "lease": lease_seconds},
+    ).fetchall()
+    return [Claim(key, seq, attempts) for key, seq, attempts in rows]
+
+
+def transfer(conn: psycopg.Connection, model: str, limit: int = 10_000) -> int:
+    """Move captured inserts from the inbox to the queue; returns how many keys were moved."""
+    cur = conn.execute(sqlfiles.get("sync", "transfer"), {"model": model, "limit": limit})
+    return cur.rowcount
+
+
+def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list[SourceRow]:
+    """Rows that still exist and have non-blank text, with the md5 that guards the write-back;
+    other keys simply do not come back."""
+    query = sql.SQL(
+        "SELECT t.{key}::text, t.{text}, md5(t.{text}) "
+        "FROM {table} t WHERE t.{key} = ANY(%s::{type}[]) AND btrim(t.{text}) <> ''"
+    ).format(
+        key=sql.Identifier(spec.key_column),
+        text=sql.Identifier(spec.text_column),
+        table=naming.table(spec),
+        type=naming.key_type(spec),
+    )
+    return [SourceRow(*row) for row in conn.execute(query, (list(keys),))]
+
+
+def write(
+    conn: psycopg.Connection,
+    spec: ModelSpec,
+    keys: Sequence[str],
+    text_md5s: Sequence[str],
+    vectors: np.ndarray,
+) -> set[str]:
+    """Write vectors where md5(text) still matches; returns the keys actually written.
+
+    Sorted keys keep lock order stable between concurrent writers. Vectors travel in binary.
+    """
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    query = sql.SQL(
+        "UPDATE {table} t SET {column} = v.embedding "
+        "FROM unnest(%s::text[], %s::text[], %b::vector[]) AS v(key, text_md5, embedding) "
+        "WHERE t.{key} = v.key::{type} AND md5(t.{text}) = v.text_md5 "
+        "RETURNING v.key"
+    ).format(
+        table=naming.table(spec),
+        column=sql.Identifier(spec.embedding_column),
+        key=sql.Identifier(spec.key_column),
+        text=sql.Identifier(spec.text_column),
+        type=naming.key_type(spec),
+    )
+    params = (
+        [keys[i] for i in order],
+        [text_md5s[i] for i in order],
+        [Vector(vectors[i]) for i in order],
+    )
+    with conn.cursor(binary=True) as cur:
+        return {row[0] for row in cur.execute(query, params)}
+
+
+def _pairs(model: str, claims: Sequence[Claim]) -> dict[str, object]:
+    return {"model": model, "keys": [c.key for c in claims], "seqs": [c.seq for c in claims]}
+
+
+def complete(conn: psycopg.Connection, model: str, claims: Sequence[Claim]) -> None:
+    conn.execute(sqlfiles.get("sync", "complete"), _pairs(model, claims))
+
+
+def release(conn: psycopg.Connection, model: str, claims: Sequence[Claim]) -> None:
+    conn.execute(sqlfiles.get("sync", "release"), _pairs(model, claims))
+
+
+def fail(conn: psycopg.Connection, model: str, claim: Claim, error: str, max_attempts: int) -> bool:
+    """Record a failed attempt; returns True when the key moved to the failures table."""
+    params = {
+        "model": model,
+        "key": claim.key,
+        "seq": claim.seq,
+        "error": error[:2000],
+        "max_attempts": max_attempts,
+    }
+    with conn.transaction():
+        moved = conn.execute(sqlfiles.get("sync", "fail_final"), params).rowcount > 0
+        if not moved:
+            conn.execute(sqlfiles.get("sync", "fail_retry"), params)
+    return moved
+
+
+def account(
+    conn: psycopg.Connection,
+    model: str,
+    worker: str,
+    written: Sequence[str],
+    truncated: Sequence[str],
+    seconds: float,
+) -> None:
+    """After a write-back, in its transaction: written keys are no longer failures, their
+    truncation marks are brought up to date, and the batch is logged for status's rows/s."""
+    params = {"model": model, "keys": sorted(written)}
+    conn.execute(sqlfiles.get("sync", "forget_failures"), params)
+    conn.execute(sqlfiles.get("sync", "unmark_truncated"), params)
+    conn.execute(
+        sqlfiles.get("sync", "mark_truncated"), {"model": model, "keys": sorted(truncated)}
+    )
+    conn.execute(
+        sqlfiles.get("sync", "log_batch"),
+        {"model": model, "worker": worker, "rows": len(written), "seconds": seconds},
+    )
+
+
+def retry_failures(conn: psycopg.Connection, models: Sequence[str]) -> int:
+    """Move failed keys back to the queue; returns how many."""
+    with conn.transaction():
+        count = conn.execute(sqlfiles.get("sync", "retry_failures"), {"models": list(models)})
+        for model in models:
+            notify(conn, model)
+    return count.rowcount
+
+
+def queued_count(conn: psycopg.Connection, models: Sequence[str]) -> int:
+    """Keys waiting in the queue or, captured but not yet moved, in the inbox."""
+    row = conn.execute(sqlfiles.get("sync", "queued_count"), {"models": list(models)}).fetchone()
+    return int(row[0]) if row else 0
+
+
+def notify(conn: psycopg.Connection, model: str) -> None:
+    """Wake the workers: `model` has keys to embed (or is new to them)."""
+    conn.execute("SELECT pg_notify(%s, %s)", (naming.CHANNEL, model))
+
+
+def heartbeat(
+    conn: psycopg.Connection, worker: str, host: str, pid: int, models: Sequence[str]
+) -> None:
+    """Say this worker is alive, and prune old batch records and workers long gone."""
+    conn.execute(
+        sqlfiles.get("sync", "heartbeat"),
+        {"worker": worker, "host": host, "pid": pid, "models": list(models)},
+    )
+    conn.execute(sqlfiles.get("sync", "prune"))
+
+
+def release_worker(conn: psycopg.Connection, worker: str) -> None:
+    """After a reconnect: claims the worker held before the fault are handed back at once."""
+    conn.execute(sqlfiles.get("sync", "release_worker"), {"worker": worker})
+
+
+def worker_exit(conn: psycopg.Connection, worker: str) -> None:
+    conn.execute(sqlfiles.get("sync", "worker_exit"), {"worker": worker})
