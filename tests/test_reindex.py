@@ -47,7 +47,8 @@ def make_table(conn: psycopg.Connection, texts: dict[int, str]) -> None:
 def synced(conn: psycopg.Connection, db_url: str) -> registry.ModelSpec:
     """40 rows embedded by `minilm` (all-MiniLM-L6-v2, mean pooling)."""
     make_table(conn, TEXTS)
-    spec = models.add(conn, models.AddRequest("minilm", "docs", "body"))[0]
+    # fp32: the vectors these tests expect are fp32's on every CPU (auto is bf16 where native).
+    spec = models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))[0]
     worker.Worker(db_url, worker.Options(once=True)).run()
     return spec
 
@@ -198,7 +199,7 @@ def test_searches_never_fail_or_mix_and_changes_land_in_the_new_version(
     try:
         reindex.begin(conn, "minilm", reindex.Change(pooling="cls"))
         changes = ChangeRowsOnce(db_url)
-        runner = reindex.Reindex(db_url, "minilm", reindex.Options(batch_size=4), changes)
+        runner = reindex.Reindex(db_url, "minilm", reindex.Options(claim_size=4), changes)
         switched = runner.run()
         assert switched is not None and switched.pooling == "cls"
         seen = searcher.searches
@@ -228,8 +229,8 @@ def many(conn: psycopg.Connection, db_url: str) -> None:
     """120 short rows embedded by `minilm`: enough for a reindex to be caught half-way."""
     texts = {i: f"Row {i}: {TEXTS[i % 40 + 1]}" for i in range(1, 121)}
     make_table(conn, texts)
-    models.add(conn, models.AddRequest("minilm", "docs", "body"))
-    worker.Worker(db_url, worker.Options(once=True, batch_size=64)).run()
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+    worker.Worker(db_url, worker.Options(once=True, claim_size=64)).run()
 
 
 def test_killed_reindex_resumes_and_status_shows_it(
