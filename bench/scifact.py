@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.env import embedded_server
-from pgembed import db, loader, migrate
+from pgembed import db, defaults, loader, migrate
 from pgembed.catalog import registry
-from pgembed.encode import batches
 from pgembed.lifecycle import models
 from pgembed.search import evaluate, tune
 from pgembed.sync import worker
@@ -49,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--batch-size",
         type=int,
-        default=batches.CPU_CLAIM_SIZE,
+        default=defaults.CPU_CLAIM_SIZE,
         help="keys claimed at once, as `pgembed sync --batch-size`",
     )
     parser.add_argument(
@@ -88,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     options = worker.Options(
-        models=tuple(n for n, _ in chosen), batch_size=args.batch_size, once=True
+        models=tuple(n for n, _ in chosen), claim_size=args.batch_size, once=True
     )
     stats = worker.Worker(url, options).run()
     timings["sync_seconds"] = time.monotonic() - started

@@ -55,7 +55,6 @@ def test_sorting_by_tokens_pads_less_than_by_characters() -> None:
     unsorted = [np.arange(i, min(i + 16, len(texts))) for i in range(0, len(texts), 16)]
     pads = {name: pad_tokens(texts, b) for name, b in [
         ("tokens", by_tokens), ("chars", by_chars), ("unsorted", unsorted)]}  # fmt: skip
-    assert pads["tokens"] == batches.padding(tokens, by_tokens)  # the planner's own count is true
     # The 256 shipped reviews (7-140 word pieces): 559 pad tokens sorted by tokens, 1407 by
     # characters, 6031 unsorted, against 7217 real ones.
     assert 2 * pads["tokens"] < pads["chars"] < pads["unsorted"] / 2
@@ -77,8 +76,6 @@ def test_sorted_encoding_returns_vectors_in_input_order() -> None:
     model = embedder.get(MINILM)
     plain = model._model.encode(texts, batch_size=40, convert_to_numpy=True)
     np.testing.assert_allclose(model.encode_documents(texts, batch_size=8), plain, atol=1e-5)
-    encoded = model.embed_documents(texts)
-    assert encoded.token_counts == model.token_counts(texts)
 
 
 def test_pipelined_worker_writes_the_same_vectors_as_the_plain_path(
@@ -86,9 +83,9 @@ def test_pipelined_worker_writes_the_same_vectors_as_the_plain_path(
 ) -> None:
     fill(reviews, 60)
     models.add(reviews, models.AddRequest("plain", "reviews", "body", precision="fp32"))
-    stats = worker.Worker(db_url, worker.Options(models=("minilm",), once=True, batch_size=7)).run()
+    stats = worker.Worker(db_url, worker.Options(models=("minilm",), once=True, claim_size=7)).run()
     assert stats.written == 68
-    config = batch.BatchConfig("plain-worker", batch_size=7, lease_seconds=60, max_attempts=3)
+    config = batch.BatchConfig("plain-worker", claim_size=7, lease_seconds=60, max_attempts=3)
     plain_spec = registry.get(reviews, "plain")
     while run_batch(reviews, plain_spec, config) is not None:
         pass
@@ -115,7 +112,7 @@ def test_text_changed_while_its_batch_is_in_flight_never_keeps_a_stale_vector(
             reviews.execute("UPDATE reviews SET body = %s WHERE id = %s", (f"edited {key}", key))
         changed.extend(keys)
 
-    w = worker.Worker(db_url, worker.Options(once=True, batch_size=4), edit_batches_in_flight)
+    w = worker.Worker(db_url, worker.Options(once=True, claim_size=4), edit_batches_in_flight)
     stats = w.run()
     assert len(changed) >= 4  # at least the batch being encoded while the first was written
     # The batch being encoded had read the old texts: those writes are refused. A prefetched
@@ -131,7 +128,7 @@ def test_stop_finishes_the_batch_in_hand_and_releases_the_prefetched_one(
     spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
 ) -> None:
     fill(reviews, 40)
-    w = worker.Worker(db_url, worker.Options(once=True, batch_size=4))
+    w = worker.Worker(db_url, worker.Options(once=True, claim_size=4))
     w._on_progress = lambda _model, _rows: w.stop()  # stop as soon as the first batch is written
     stats = w.run()
     # Batch 1 written, then stop: batch 2 (already encoded) is written too, batch 3 released.

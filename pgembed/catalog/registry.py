@@ -29,13 +29,11 @@ class ModelSpec:
     normalize: bool
     dimensions: int
     max_seq_length: int
-    model_revision: str | None = None
     query_prefix: str = ""
     document_prefix: str = ""
     hnsw_m: int = 16
     hnsw_ef_construction: int = 64
     ef_search: int | None = None
-    status: str = "active"
     version: int = 1
     shadow_of: str | None = None  # set on a reindex's shadow: the model it will replace
     precision: str = "fp32"  # what every encoder of this model computes in (see precision.py)
@@ -95,7 +93,6 @@ def same_space(a: ModelSpec, b: ModelSpec) -> bool:
     vector_fields = (
         "embedding_column",
         "model_ref",
-        "model_revision",
         "pooling",
         "normalize",
         "dimensions",
@@ -123,7 +120,7 @@ def insert(conn: psycopg.Connection, spec: ModelSpec) -> None:
 
 
 _VERSIONED = (
-    "model_ref, model_revision, pooling, normalize, dimensions, max_seq_length, "
+    "model_ref, pooling, normalize, dimensions, max_seq_length, "
     "query_prefix, document_prefix, hnsw_m, hnsw_ef_construction"
 )
 _EXCLUDED = ", ".join(f"excluded.{c.strip()}" for c in _VERSIONED.split(","))

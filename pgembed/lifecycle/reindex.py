@@ -16,7 +16,7 @@ from typing import TypeVar
 import psycopg
 from psycopg import sql
 
-from pgembed import db
+from pgembed import db, defaults
 from pgembed.catalog import ddl, naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
@@ -74,7 +74,6 @@ def new_version(spec: ModelSpec, change: Change) -> ModelSpec:
         name=shadow,
         embedding_column=naming.embedding_column(shadow),
         model_ref=settings.model_ref,
-        model_revision=spec.model_revision if same_ref else None,
         pooling=info.pooling,
         normalize=settings.normalize,
         dimensions=info.dimensions,
@@ -83,7 +82,6 @@ def new_version(spec: ModelSpec, change: Change) -> ModelSpec:
         document_prefix=settings.document_prefix,
         hnsw_m=_pick(change.hnsw_m, spec.hnsw_m),
         hnsw_ef_construction=_pick(change.hnsw_ef_construction, spec.hnsw_ef_construction),
-        status="reindexing",
         version=spec.version + 1,
         shadow_of=spec.name,
     )
@@ -191,9 +189,9 @@ class Reporter:
 
 @dataclass(frozen=True)
 class Options:
-    batch_size: int = 64
-    lease_seconds: float = 60.0
-    max_attempts: int = 5
+    claim_size: int = defaults.REINDEX_CLAIM_SIZE
+    lease_seconds: float = defaults.LEASE_SECONDS
+    max_attempts: int = defaults.MAX_ATTEMPTS
     build: indexbuild.BuildSettings = field(default_factory=indexbuild.BuildSettings)
 
 
@@ -251,7 +249,7 @@ class Reindex:
                 return True
             options = worker.Options(
                 models=(shadow.name,),
-                batch_size=self.options.batch_size,
+                claim_size=self.options.claim_size,
                 lease_seconds=self.options.lease_seconds,
                 max_attempts=self.options.max_attempts,
                 once=True,

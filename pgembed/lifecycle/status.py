@@ -8,12 +8,10 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from pgembed import defaults
 from pgembed.catalog import ddl, naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.lifecycle import reindex
-
-# Workers that missed this many seconds of heartbeats are not shown as live.
-LIVE_WORKER_SECONDS = 60
 
 _QUEUE_STATS = """
 SELECT
@@ -31,8 +29,7 @@ SELECT
 """
 
 _WORKERS = """
-SELECT id, host, pid, models, extract(epoch FROM now() - heartbeat_at)::float AS heartbeat_age,
-       heartbeat_at
+SELECT id, host, pid, models, heartbeat_at
 FROM pgembed.workers
 WHERE heartbeat_at > now() - make_interval(secs => %(live)s)
 ORDER BY started_at
@@ -48,7 +45,7 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
     rows_total, rows_embedded = counts if counts else (0, 0)
     with conn.cursor(row_factory=dict_row) as cur:
         stats = cur.execute(_QUEUE_STATS, {"model": spec.name}).fetchone() or {}
-        workers = cur.execute(_WORKERS, {"live": LIVE_WORKER_SECONDS}).fetchall()
+        workers = cur.execute(_WORKERS, {"live": defaults.LIVE_WORKER_SECONDS}).fetchall()
     oldest = stats.get("oldest_queued_seconds")
     return {
         "name": spec.name,

@@ -17,6 +17,7 @@ from typing import TypeVar
 import psycopg
 from psycopg import sql
 
+from pgembed import defaults
 from pgembed.catalog import ddl, naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import DatabaseError, NotFoundError
@@ -25,8 +26,6 @@ log = logging.getLogger("pgembed.reindex")
 
 T = TypeVar("T")
 
-LOCK_TIMEOUT = "2s"
-ATTEMPTS = 30
 
 _LOCK_ROWS = (
     "SELECT name FROM pgembed.models WHERE name = %(name)s OR shadow_of = %(name)s "
@@ -34,7 +33,7 @@ _LOCK_ROWS = (
 )
 _UPDATE_MODEL = """
 UPDATE pgembed.models SET
-    model_ref = %(model_ref)s, model_revision = %(model_revision)s, pooling = %(pooling)s,
+    model_ref = %(model_ref)s, pooling = %(pooling)s,
     normalize = %(normalize)s, dimensions = %(dimensions)s, max_seq_length = %(max_seq_length)s,
     query_prefix = %(query_prefix)s, document_prefix = %(document_prefix)s,
     hnsw_m = %(hnsw_m)s, hnsw_ef_construction = %(hnsw_ef_construction)s, version = %(version)s,
@@ -81,7 +80,6 @@ def _swap_in(conn: psycopg.Connection, name: str) -> ModelSpec:
         name=name,
         embedding_column=old.embedding_column,
         shadow_of=None,
-        status=old.status,
         ef_search=old.ef_search,
     )
     table = naming.table(old)
@@ -144,14 +142,16 @@ def swap_index(conn: psycopg.Connection, spec: ModelSpec, temporary: str) -> Mod
 
 
 def _retrying(conn: psycopg.Connection, work: Callable[[], T]) -> T:
-    """Run `work` in a transaction that gives up on a lock after LOCK_TIMEOUT, and try again."""
-    for attempt in range(1, ATTEMPTS + 1):
+    """Run `work` in a transaction that gives up on a lock after a short timeout; try again."""
+    for attempt in range(1, defaults.SWITCH_ATTEMPTS + 1):
         try:
             with conn.transaction():
-                conn.execute("SELECT set_config('lock_timeout', %s, true)", (LOCK_TIMEOUT,))
+                conn.execute(
+                    "SELECT set_config('lock_timeout', %s, true)", (defaults.SWITCH_LOCK_TIMEOUT,)
+                )
                 return work()
         except psycopg.errors.LockNotAvailable:
-            log.info("switch: table busy, attempt %d of %d", attempt, ATTEMPTS)
+            log.info("switch: table busy, attempt %d of %d", attempt, defaults.SWITCH_ATTEMPTS)
             time.sleep(0.5)
     raise DatabaseError(
         "could not lock the table for the switch: a long transaction holds it; "

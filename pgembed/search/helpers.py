@@ -18,7 +18,7 @@ from pgvector import Vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from pgembed import db
+from pgembed import db, defaults
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
@@ -30,7 +30,6 @@ _T = TypeVar("_T")
 
 # column -> value, or column -> {"$eq"|"$ne"|"$gt"|"$gte"|"$lt"|"$lte"|"$in": value}
 Filter = Mapping[str, Any]
-QUERY_CACHE_SIZE = 1024
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,7 @@ def embed_query(spec: ModelSpec, text: str) -> Vectors:
     return _query_vector(models.settings_of(spec), text)
 
 
-@functools.lru_cache(maxsize=QUERY_CACHE_SIZE)
+@functools.lru_cache(maxsize=defaults.QUERY_CACHE_SIZE)
 def _query_vector(settings: embedder.Settings, text: str) -> Vectors:
     vector = embedder.get(settings).encode_queries([text]).reshape(-1)
     vector.flags.writeable = False  # shared by every caller that asks for this text

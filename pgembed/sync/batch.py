@@ -40,7 +40,7 @@ class BatchResult:
 @dataclass(frozen=True)
 class BatchConfig:
     worker_id: str
-    batch_size: int
+    claim_size: int  # keys claimed at once (encode batches are the embedder's own)
     lease_seconds: float
     max_attempts: int
     device: str = "cpu"
@@ -57,10 +57,10 @@ class Claimed:
 
 def fetch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) -> Claimed | None:
     """Claim up to a batch of ready keys and read their text; None when nothing is ready."""
-    claims = store.claim(conn, spec.name, config.worker_id, config.batch_size, config.lease_seconds)
+    claims = store.claim(conn, spec.name, config.worker_id, config.claim_size, config.lease_seconds)
     if not claims and store.transfer(conn, spec.name):
         claims = store.claim(
-            conn, spec.name, config.worker_id, config.batch_size, config.lease_seconds
+            conn, spec.name, config.worker_id, config.claim_size, config.lease_seconds
         )
     if not claims:
         return None

@@ -20,10 +20,10 @@ from functools import partial
 import psycopg
 from psycopg import sql
 
-from pgembed import db, migrate
+from pgembed import db, defaults, migrate
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
-from pgembed.encode import batches, embedder, hardware
+from pgembed.encode import embedder, hardware
 from pgembed.errors import DatabaseError, NotFoundError
 from pgembed.lifecycle import models
 from pgembed.sync import store
@@ -48,13 +48,13 @@ def _permanent(exc: Exception) -> bool:
 @dataclass(frozen=True)
 class Options:
     models: tuple[str, ...] = ()  # empty: every model in the catalog
-    batch_size: int = batches.CPU_CLAIM_SIZE  # keys claimed at once (see batches.py)
-    lease_seconds: float = 60.0
-    poll_seconds: float = 5.0
-    max_attempts: int = 5
+    claim_size: int = defaults.CPU_CLAIM_SIZE  # keys claimed at once
+    lease_seconds: float = defaults.LEASE_SECONDS
+    poll_seconds: float = defaults.POLL_SECONDS
+    max_attempts: int = defaults.MAX_ATTEMPTS
     once: bool = False
-    heartbeat_seconds: float = 10.0
-    max_backoff_seconds: float = 30.0
+    heartbeat_seconds: float = defaults.HEARTBEAT_SECONDS
+    max_backoff_seconds: float = defaults.MAX_BACKOFF_SECONDS
     device: str = "cpu"  # a resolved device: cpu or cuda
 
 
@@ -63,7 +63,6 @@ class Stats:
     written: int = 0
     skipped: int = 0
     failed: int = 0
-    reconnects: int = 0
 
 
 class Worker:
@@ -80,7 +79,7 @@ class Worker:
         self._started = False  # set once the first session is up and serving
         self._stale = False  # a model changed under a batch: reread the catalog
         self._config = BatchConfig(
-            self.id, options.batch_size, options.lease_seconds, options.max_attempts, options.device
+            self.id, options.claim_size, options.lease_seconds, options.max_attempts, options.device
         )
 
     def stop(self) -> None:
@@ -104,7 +103,6 @@ class Worker:
                         raise
                     raise DatabaseError(f"database error: {db.first_line(exc)}") from None
                 delay = min(self.options.max_backoff_seconds, max(0.5, delay * 2))
-                self.stats.reconnects += 1
                 log.warning("database fault (%s); reconnecting in %.1fs", db.first_line(exc), delay)
                 self.stop_event.wait(delay)
         return self.stats

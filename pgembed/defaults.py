@@ -1,0 +1,59 @@
+"""Every default value pgembed uses, in one place, with why it is what it is.
+
+The CLI's options, the worker's Options, the reindex Options and the Python API all read these.
+"""
+
+from __future__ import annotations
+
+# The model `model add` uses when none is named (resolved offline: see encode/embedder.py).
+MODEL = "all-MiniLM-L6-v2"
+
+# A claim lasts this long before another worker may take the keys over; two batches (one encoding,
+# one prefetched) of CPU_CLAIM_SIZE texts of ~48 word pieces finish well within it.
+LEASE_SECONDS = 60.0
+# The sync loop polls this often even when no NOTIFY arrives (a lost NOTIFY costs this much).
+POLL_SECONDS = 5.0
+# Failed attempts before a key moves to pgembed.failures (retries back off 2, 4, 8 ... s).
+MAX_ATTEMPTS = 5
+# How often a worker says it is alive; status shows workers heard from within LIVE_WORKER_SECONDS.
+HEARTBEAT_SECONDS = 10.0
+LIVE_WORKER_SECONDS = 60
+# The longest wait between reconnect attempts after the database went away.
+MAX_BACKOFF_SECONDS = 30.0
+
+# Texts per encode call on a CPU, measured on all-MiniLM-L6-v2 at ~44 word pieces (BENCHMARKS.md):
+# on one thread batches of 16 ran 4 % faster than 32 (less padding); on two threads of a loaded
+# machine 32 ran 30 % faster than 16 (fewer thread barriers); 8 was worst on both. A GPU wants far
+# larger batches to fill its cores.
+CPU_BATCH_SIZE = 32
+CUDA_BATCH_SIZE = 256
+
+# Keys a worker claims at once: enough texts that sorted batches pad little (with 256 claimed and
+# batches of 32, ~9 % padding on ~48+-12 word-piece texts; 64 claimed: ~31 %), few enough that two
+# batches finish well within LEASE_SECONDS.
+CPU_CLAIM_SIZE = 256
+CUDA_CLAIM_SIZE = 1024
+# A reindex fills its shadow beside a live model: smaller claims keep the live model's batches
+# from waiting long behind it.
+REINDEX_CLAIM_SIZE = 64
+
+# Index builds: HNSW builds fastest when the graph fits in maintenance_work_mem.
+MAINTENANCE_WORK_MEM = "1GB"
+PARALLEL_MAINTENANCE_WORKERS = 2
+
+# A reindex switch waits at most this long for the table lock, then tries again.
+SWITCH_LOCK_TIMEOUT = "2s"
+SWITCH_ATTEMPTS = 30
+
+# Query vectors a process keeps (one per distinct text and model settings).
+QUERY_CACHE_SIZE = 1024
+
+
+def batch_size(device: str) -> int:
+    """Texts per encode call on `device` (cpu or cuda)."""
+    return CUDA_BATCH_SIZE if device == "cuda" else CPU_BATCH_SIZE
+
+
+def claim_size(device: str) -> int:
+    """Keys a sync worker claims at once on `device` (cpu or cuda)."""
+    return CUDA_CLAIM_SIZE if device == "cuda" else CPU_CLAIM_SIZE
