@@ -1,0 +1,470 @@
+-- pgembed schema, current definition (3 of 3): the search helpers pgembed.search,
+-- pgembed.similar and pgembed.hybrid_search, the functions behind them, and the compiler that
+-- generates pgembed.search from the catalog (with the triggers that rerun it).
+-- Not run by `pgembed migrate`, which applies migrations/*.sql (append-only, checksummed); this
+-- is the reader's reference, and tests/integration/test_schema.py checks that the migrations
+-- produce exactly these objects. Changes go in a new migration under migrations/ and here.
+--
+-- Identifiers reach the generated SQL only through format('%I') (or format_type(), from the
+-- server); filter values are never SQL text: they travel as one bound jsonb parameter.
+-- Everything but the compiler's trigger is SECURITY INVOKER: a caller finds only rows it could
+-- SELECT anyway.
+
+-- Load pgvector so the hnsw.* settings named below are its real ones, not placeholders.
+SELECT vector_dims('[0]'::vector);
+
+------------------------------------------------------------------------------------------------
+-- The dynamic path: every search with a filter, every error, and pgembed.similar/hybrid_search.
+------------------------------------------------------------------------------------------------
+
+-- The catalog row of a model, or a clear error.
+CREATE FUNCTION pgembed._model_v1(model text) RETURNS pgembed.models
+LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+    m pgembed.models;
+BEGIN
+    SELECT * INTO m FROM pgembed.models WHERE name = model;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown model %: see `pgembed model list`', to_json(model)::text
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN m;
+END
+$fn$;
+
+-- The type of a column of the model's table without its modifier (a cast to it never truncates).
+CREATE FUNCTION pgembed._column_type_v1(m pgembed.models, col text) RETURNS text
+LANGUAGE sql STABLE AS $fn$
+    SELECT format_type(a.atttypid, NULL)
+    FROM pg_attribute a
+    WHERE a.attrelid = to_regclass(format('%I.%I', m.table_schema, m.table_name))
+      AND a.attname = col AND a.attnum > 0 AND NOT a.attisdropped
+$fn$;
+
+-- One filter condition on t.<col>; its value is `$<param> -> <slot>`, a bound parameter.
+CREATE FUNCTION pgembed._condition_v1(
+    col text, typ text, op text, val jsonb, param integer, slot integer
+) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $fn$
+DECLARE
+    value text := format('($%s ->> %s)::%s', param, slot, typ);
+BEGIN
+    IF op = '$in' THEN
+        IF jsonb_typeof(val) <> 'array' THEN
+            RAISE EXCEPTION 'filter on %: $in needs a JSON array, not %', to_json(col)::text,
+                jsonb_typeof(val) USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN format('t.%I = ANY (ARRAY(SELECT jsonb_array_elements_text($%s -> %s))::%s[])',
+                      col, param, slot, typ);
+    ELSIF op = '$eq' THEN
+        RETURN CASE WHEN jsonb_typeof(val) = 'null' THEN format('t.%I IS NULL', col)
+                    ELSE format('t.%I = %s', col, value) END;
+    ELSIF op = '$ne' THEN  -- like MongoDB's $ne, rows whose column is NULL match
+        RETURN format('t.%I IS DISTINCT FROM %s', col, value);
+    ELSIF op IN ('$gt', '$gte', '$lt', '$lte') THEN
+        IF jsonb_typeof(val) = 'null' THEN
+            RAISE EXCEPTION 'filter on %: % needs a value, not null', to_json(col)::text, op
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN format('t.%I %s %s', col,
+                      CASE op WHEN '$gt' THEN '>' WHEN '$gte' THEN '>='
+                              WHEN '$lt' THEN '<' ELSE '<=' END,
+                      value);
+    END IF;
+    RAISE EXCEPTION 'filter on %: unknown operator % (use $eq, $ne, $gt, $gte, $lt, $lte or $in)',
+        to_json(col)::text, to_json(op)::text USING ERRCODE = 'invalid_parameter_value';
+END
+$fn$;
+
+-- A filter ({"col": value, "col": {"$op": value}, ...}) as " AND ..." conditions plus their values.
+CREATE FUNCTION pgembed._filter_v1(
+    m pgembed.models, filter jsonb, param integer, OUT clause text, OUT args jsonb
+)
+LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+    col text;
+    spec jsonb;
+    typ text;
+    op text;
+    val jsonb;
+BEGIN
+    clause := '';
+    args := '[]';
+    IF filter IS NULL OR jsonb_typeof(filter) = 'null' THEN
+        RETURN;
+    END IF;
+    IF jsonb_typeof(filter) <> 'object' THEN
+        RAISE EXCEPTION 'filter must be a JSON object of column: value or column: {"$op": value}, '
+            'not a JSON %', jsonb_typeof(filter) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR col, spec IN SELECT * FROM jsonb_each(filter) LOOP
+        typ := pgembed._column_type_v1(m, col);
+        IF typ IS NULL THEN
+            RAISE EXCEPTION 'filter: table %.% has no column %', quote_ident(m.table_schema),
+                quote_ident(m.table_name), to_json(col)::text
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF jsonb_typeof(spec) <> 'object' THEN
+            spec := jsonb_build_object('$eq', spec);
+        ELSIF spec = '{}' THEN
+            RAISE EXCEPTION 'filter on %: empty operator object', to_json(col)::text
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        FOR op, val IN SELECT * FROM jsonb_each(spec) LOOP
+            clause := clause || ' AND '
+                || pgembed._condition_v1(col, typ, op, val, param, jsonb_array_length(args));
+            args := args || jsonb_build_array(val);
+        END LOOP;
+    END LOOP;
+END
+$fn$;
+
+-- Whether the caller chose `knob`: its value is neither pgvector's built-in one nor pgembed's own.
+CREATE FUNCTION pgembed._own_setting_v1(knob text, builtin text) RETURNS boolean
+LANGUAGE sql STABLE AS $fn$
+    SELECT current_setting(knob, true) IS DISTINCT FROM builtin
+       AND current_setting(knob, true) IS DISTINCT FROM
+           current_setting('pgembed.applied_' || replace(knob, '.', '_'), true)
+$fn$;
+
+-- {hnsw.ef_search, hnsw.iterative_scan} for a search with this model: pgembed.ef_search when set,
+-- else the caller's own values, else the model's ef_search (NULL: pgvector's) and relaxed scans.
+CREATE FUNCTION pgembed._settings_v1(model text) RETURNS text[]
+LANGUAGE sql STABLE AS $fn$
+    SELECT ARRAY[
+        CASE WHEN nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL
+             THEN current_setting('pgembed.ef_search', true)
+             WHEN pgembed._own_setting_v1('hnsw.ef_search', '40')
+             THEN current_setting('hnsw.ef_search', true)
+             ELSE (SELECT m.ef_search::text FROM pgembed.models m WHERE m.name = model) END,
+        CASE WHEN pgembed._own_setting_v1('hnsw.iterative_scan', 'off')
+             THEN current_setting('hnsw.iterative_scan', true)
+             ELSE 'relaxed_order' END]
+$fn$;
+
+-- SET LOCAL the two settings _settings_v1 chose (a NULL leaves that one alone).
+CREATE FUNCTION pgembed._use_settings_v1(settings text[]) RETURNS void
+LANGUAGE sql AS $fn$
+    SELECT set_config('hnsw.ef_search', settings[1], true) WHERE settings[1] IS NOT NULL;
+    SELECT set_config('hnsw.iterative_scan', settings[2], true) WHERE settings[2] IS NOT NULL;
+$fn$;
+
+-- For a statement pgembed does not wrap (the SQLAlchemy helpers): SET LOCAL the settings for the
+-- rest of the transaction, remembered in pgembed.applied_* so they are not taken for the caller's.
+CREATE FUNCTION pgembed._apply_settings_v1(model text) RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    settings text[] := pgembed._settings_v1(model);
+BEGIN
+    PERFORM pgembed._model_v1(model);
+    PERFORM pgembed._use_settings_v1(settings);
+    PERFORM set_config('pgembed.applied_hnsw_ef_search', settings[1], true)
+        WHERE settings[1] IS NOT NULL;
+    PERFORM set_config('pgembed.applied_hnsw_iterative_scan', settings[2], true)
+        WHERE settings[2] IS NOT NULL;
+END
+$fn$;
+
+-- A clear error for a bad k, a NULL query vector or one of the wrong dimensions.
+CREATE FUNCTION pgembed._check_query_v1(m pgembed.models, query vector, k integer) RETURNS void
+LANGUAGE plpgsql IMMUTABLE AS $fn$
+BEGIN
+    IF k IS NULL OR k < 1 THEN
+        RAISE EXCEPTION 'k must be a positive number of rows, not %', coalesce(k::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF query IS NULL THEN
+        RAISE EXCEPTION 'the query vector is NULL' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF vector_dims(query) <> m.dimensions THEN
+        RAISE EXCEPTION 'model % has % dimensions; the query vector has %: embed the query with '
+            'the same model', m.name, m.dimensions, vector_dims(query)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$fn$;
+
+-- The vector of an existing row, or a clear error when it is missing, invisible or not embedded.
+CREATE FUNCTION pgembed._row_vector_v1(model text, row_key text) RETURNS vector
+LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+    m pgembed.models := pgembed._model_v1(model);
+    found_row boolean;
+    v vector;
+BEGIN
+    EXECUTE format('SELECT true, t.%1$I FROM %2$I.%3$I t WHERE t.%4$I = $1::%5$s',
+                   m.embedding_column, m.table_schema, m.table_name, m.key_column,
+                   pgembed._column_type_v1(m, m.key_column))
+        INTO found_row, v USING row_key;
+    IF found_row IS NULL THEN
+        RAISE EXCEPTION 'model %: table %.% has no row with % = %', m.name,
+            quote_ident(m.table_schema), quote_ident(m.table_name), quote_ident(m.key_column),
+            to_json(row_key)::text USING ERRCODE = 'no_data_found';
+    ELSIF v IS NULL THEN
+        RAISE EXCEPTION 'model %: row % = % has no vector yet: run `pgembed sync`', m.name,
+            quote_ident(m.key_column), to_json(row_key)::text USING ERRCODE = 'no_data_found';
+    END IF;
+    RETURN v;
+END
+$fn$;
+
+-- The k nearest rows, by a query planned on every call; its SET clauses end the SET LOCALs with it.
+CREATE FUNCTION pgembed._nearest_v1(
+    model text, query vector, k integer, filter jsonb, exclude_key text, settings text[]
+) RETURNS TABLE (key text, similarity double precision)
+LANGUAGE plpgsql
+SET hnsw.ef_search = 40
+SET hnsw.iterative_scan = off
+AS $fn$
+DECLARE
+    m pgembed.models := pgembed._model_v1(model);
+    f record;
+    not_self text := '';
+BEGIN
+    PERFORM pgembed._check_query_v1(m, query, k);
+    f := pgembed._filter_v1(m, filter, 4);
+    IF exclude_key IS NOT NULL THEN
+        not_self := format(' AND t.%I <> $3::%s', m.key_column,
+                          pgembed._column_type_v1(m, m.key_column));
+    END IF;
+    PERFORM pgembed._use_settings_v1(settings);
+    RETURN QUERY EXECUTE format(
+        'WITH hits AS MATERIALIZED (
+             SELECT t.%1$I::text AS key, t.%2$I <=> $1 AS distance
+             FROM %3$I.%4$I t
+             WHERE t.%2$I IS NOT NULL%5$s%6$s
+             ORDER BY t.%2$I <=> $1
+             LIMIT $2)
+         SELECT hits.key, 1 - hits.distance FROM hits ORDER BY hits.distance',
+        m.key_column, m.embedding_column, m.table_schema, m.table_name, not_self, f.clause)
+        USING query, k, exclude_key, f.args;
+END
+$fn$;
+
+-- Reciprocal-rank fusion (constant 60) of the vector ranking and the full-text ranking.
+CREATE FUNCTION pgembed._hybrid_v1(
+    model text, query vector, query_text text, k integer, filter jsonb, settings text[]
+) RETURNS TABLE (key text, score double precision)
+LANGUAGE plpgsql
+SET hnsw.ef_search = 40
+SET hnsw.iterative_scan = off
+AS $fn$
+DECLARE
+    m pgembed.models := pgembed._model_v1(model);
+    f record;
+BEGIN
+    PERFORM pgembed._check_query_v1(m, query, k);
+    IF query_text IS NULL THEN
+        RAISE EXCEPTION 'the query text is NULL' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF to_regclass(format('%I.%I', m.table_schema, 'pgembed_' || m.name || '_fts')) IS NULL THEN
+        RAISE EXCEPTION 'model % has no full-text index: run `pgembed model fulltext %`',
+            m.name, m.name USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    f := pgembed._filter_v1(m, filter, 5);
+    PERFORM pgembed._use_settings_v1(settings);
+    RETURN QUERY EXECUTE format(
+        'WITH semantic AS MATERIALIZED (
+             SELECT t.%1$I::text AS key, t.%2$I <=> $1 AS distance
+             FROM %3$I.%4$I t
+             WHERE t.%2$I IS NOT NULL%6$s
+             ORDER BY t.%2$I <=> $1
+             LIMIT $3),
+         semantic_rank AS (
+             SELECT s.key, row_number() OVER (ORDER BY s.distance) AS rank FROM semantic s),
+         lexical_rank AS (
+             SELECT t.%1$I::text AS key,
+                    row_number() OVER (ORDER BY ts_rank_cd(to_tsvector(''english'', t.%5$I), q)
+                                       DESC, t.%1$I) AS rank
+             FROM %3$I.%4$I t, websearch_to_tsquery(''english'', $2) q
+             WHERE to_tsvector(''english'', t.%5$I) @@ q%6$s
+             ORDER BY rank
+             LIMIT $3)
+         SELECT key, coalesce(1.0::float8 / (60 + s.rank), 0) + coalesce(1.0::float8 / (60 + l.rank), 0)
+         FROM semantic_rank s FULL JOIN lexical_rank l USING (key)
+         ORDER BY 2 DESC, s.rank NULLS LAST, l.rank NULLS LAST
+         LIMIT $4',
+        m.key_column, m.embedding_column, m.table_schema, m.table_name, m.text_column, f.clause)
+        USING query, query_text, greatest(4 * k, 40), k, f.args;
+END
+$fn$;
+
+------------------------------------------------------------------------------------------------
+-- The public helpers. Their arguments are evaluated before _nearest_v1/_hybrid_v1 start, which
+-- is what lets _settings_v1 see the caller's settings before those functions' SET clauses apply.
+-- pgembed.search itself is generated by _compile_search_v1 below.
+------------------------------------------------------------------------------------------------
+
+-- The k rows nearest to an existing row, the row itself excluded.
+CREATE FUNCTION pgembed.similar(
+    model text, key text, k integer DEFAULT 10, filter jsonb DEFAULT NULL
+) RETURNS TABLE (key text, similarity double precision)
+LANGUAGE sql AS $fn$
+    SELECT * FROM pgembed._nearest_v1(
+        $1, pgembed._row_vector_v1($1, $2), $3, $4, $2, pgembed._settings_v1($1))
+$fn$;
+
+-- Vector search fused with full-text search of the embedded text.
+CREATE FUNCTION pgembed.hybrid_search(
+    model text, query vector, query_text text, k integer DEFAULT 10, filter jsonb DEFAULT NULL
+) RETURNS TABLE (key text, score double precision)
+LANGUAGE sql AS $fn$
+    SELECT * FROM pgembed._hybrid_v1($1, $2, $3, $4, $5, pgembed._settings_v1($1))
+$fn$;
+
+COMMENT ON FUNCTION pgembed.similar(text, text, integer, jsonb) IS
+    'The k rows nearest to the row with this key, the row itself excluded.';
+COMMENT ON FUNCTION pgembed.hybrid_search(text, vector, text, integer, jsonb) IS
+    'Reciprocal-rank fusion of the vector ranking and a full-text ranking of the embedded text.';
+
+------------------------------------------------------------------------------------------------
+-- The compiled path: pgembed.search, generated from the catalog.
+--
+-- _compile_search_v1 (re)creates pgembed.search with one branch per model whose query names the
+-- model's table and columns, so PL/pgSQL prepares it once per session and plan_cache_mode keeps
+-- one generic plan. Searches with a filter, k > 100, a query of other dimensions, an unknown
+-- model and every error go to the dynamic path (_nearest_v1).
+--
+-- The template is the compiler's three format() strings, from the inside out:
+--   $nearest$  one model's query.      %1$I key column, %2$I embedding column, %3$I.%4$I table;
+--              <limit> becomes 10 (k <= 10) or 100 (10 < k <= 100): a constant the generic
+--              plan is costed for, as the raw statement is.
+--   $branch$   one model's WHEN arm.   %1$L model name, %2$s dimensions, %3$L its ef_search
+--              (coalesce(models.ef_search, 40)), %4$s/%5$s $nearest$ with LIMIT 10/100.
+--   $body$     the function body.      %s: every model's $branch$, in name order (or a
+--              `WHEN NULL THEN NULL;` when there is no model).
+-- The outer format() adds the signature (%s: the vector type, schema-qualified) and the body
+-- as a %L literal. tests/integration/snapshots/search_sample.sql shows what it generates for one
+-- model, search_empty.sql for none.
+------------------------------------------------------------------------------------------------
+
+-- Rebuild pgembed.search from pgembed.models (only the triggers below and migrations call it).
+CREATE FUNCTION pgembed._compile_search_v1() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    m pgembed.models;
+    branches text := '';
+    nearest text;
+    vector_type text;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        -- An older snapshot could miss a model another transaction just changed.
+        RAISE EXCEPTION 'change pgembed.models at READ COMMITTED isolation, not %',
+            current_setting('transaction_isolation')
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    -- Concurrent rebuilds would fail with "tuple concurrently updated": one at a time. Taken
+    -- at commit (the trigger is deferred), after every other lock of the transaction.
+    PERFORM pg_advisory_xact_lock(hashtext('pgembed._compile_search_v1'));
+    SELECT format('%I.vector', n.nspname) INTO vector_type
+    FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector';
+    FOR m IN SELECT * FROM pgembed.models ORDER BY name LOOP
+        -- The statement for one LIMIT constant (validated identifiers cannot contain '<').
+        nearest := format($nearest$
+            RETURN QUERY SELECT hits.key, hits.similarity FROM (
+                SELECT t.%1$I::text AS key, 1 - (t.%2$I <=> query) AS similarity
+                FROM %3$I.%4$I t
+                WHERE t.%2$I IS NOT NULL
+                ORDER BY t.%2$I <=> query
+                LIMIT <limit>) hits
+            LIMIT k;$nearest$,
+            m.key_column, m.embedding_column, m.table_schema, m.table_name);
+        branches := branches || format($branch$
+    WHEN %1$L THEN
+        IF vector_dims(query) <> %2$s OR k > 100 THEN  -- the dynamic path (or its error)
+            RETURN QUERY SELECT * FROM pgembed._nearest_v1(
+                model, query, k, NULL, NULL, pgembed._settings_v1(model));
+            RETURN;
+        END IF;
+        -- ef_search: pgembed.ef_search, else the caller's own value, else the model's. Changed
+        -- (and put back) only when it differs from the value in force: usually it does not.
+        -- Assignments, not PERFORM: PL/pgSQL evaluates a lone expression without the executor.
+        IF nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL THEN
+            ef := current_setting('hnsw.ef_search');
+            done := set_config('hnsw.ef_search', current_setting('pgembed.ef_search'), true);
+        ELSIF current_setting('hnsw.ef_search') <> %3$L
+              AND NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
+            ef := current_setting('hnsw.ef_search');
+            done := set_config('hnsw.ef_search', %3$L, true);
+        END IF;
+        -- Strict order: the index returns the rows nearest first, nothing to re-sort, and
+        -- still k rows when dead tuples or row-level security hide some of the first ef_search.
+        scan := current_setting('hnsw.iterative_scan');
+        done := set_config('hnsw.iterative_scan', 'strict_order', true);
+        -- The inner LIMIT is a constant, so the one generic plan is costed for that many rows,
+        -- as the raw statement is (a LIMIT parameter would be costed as 10 %% of the table, and
+        -- sorting the table would win); the outer LIMIT stops the scan after k rows.
+        IF k <= 10 THEN%4$s
+        ELSE%5$s
+        END IF;
+        -- A SET clause restores only the settings it names: put back the caller's (an error
+        -- needs nothing, the rollback does it).
+        done := set_config('hnsw.iterative_scan', scan, true);
+        IF ef IS NOT NULL THEN
+            done := set_config('hnsw.ef_search', ef, true);
+        END IF;$branch$,
+            m.name, m.dimensions, coalesce(m.ef_search, 40)::text,
+            replace(nearest, '<limit>', '10'), replace(nearest, '<limit>', '100'));
+    END LOOP;
+    IF branches = '' THEN  -- PL/pgSQL's CASE needs a WHEN
+        branches := E'\n    WHEN NULL THEN NULL;';
+    END IF;
+    -- The body is a %L literal, not dollar-quoted text: an identifier cannot end it early.
+    EXECUTE format(
+        'CREATE OR REPLACE FUNCTION pgembed.search('
+        'model text, query %s, k integer DEFAULT 10, filter jsonb DEFAULT NULL) '
+        'RETURNS TABLE (key text, similarity double precision) LANGUAGE plpgsql '
+        'SET plan_cache_mode = force_generic_plan AS %L',
+        vector_type, format($body$
+-- A table's own columns may be named like these variables: they are always written t.<column>.
+#variable_conflict use_variable
+DECLARE
+    ef text;
+    scan text;
+    done text;
+BEGIN
+    IF (filter IS NOT NULL AND jsonb_typeof(filter) <> 'null') OR k IS NULL OR k < 1
+       OR query IS NULL THEN
+        RETURN QUERY SELECT * FROM pgembed._nearest_v1(
+            model, query, k, filter, NULL, pgembed._settings_v1(model));
+        RETURN;
+    END IF;
+    CASE model%s
+    ELSE  -- not a model: the dynamic path says so
+        RETURN QUERY SELECT * FROM pgembed._nearest_v1(
+            model, query, k, NULL, NULL, pgembed._settings_v1(model));
+    END CASE;
+END
+$body$, branches));
+END
+$fn$;
+
+-- Only pgembed's own migration and trigger rebuild the function.
+REVOKE EXECUTE ON FUNCTION pgembed._compile_search_v1() FROM PUBLIC;
+
+-- The trigger that reruns the compiler; SECURITY DEFINER, so whoever may change pgembed.models
+-- (e.g. `pgembed tune` as another role) rebuilds the function as its owner.
+CREATE FUNCTION pgembed._recompile_search_v1() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    PERFORM pgembed._compile_search_v1();
+    RETURN NULL;
+END
+$fn$;
+
+-- Every change to what the generated queries read (a model added, removed, renamed, switched to
+-- a new version, or tuned), deferred to the commit: the rebuild sees the transaction's last state.
+CREATE CONSTRAINT TRIGGER recompile_search
+AFTER INSERT OR DELETE OR UPDATE OF name, table_schema, table_name, key_column, embedding_column,
+    dimensions, ef_search
+ON pgembed.models DEFERRABLE INITIALLY DEFERRED
+FOR EACH ROW EXECUTE FUNCTION pgembed._recompile_search_v1();
+-- The same for TRUNCATE pgembed.models.
+CREATE TRIGGER recompile_search_truncate
+AFTER TRUNCATE ON pgembed.models FOR EACH STATEMENT EXECUTE FUNCTION pgembed._recompile_search_v1();
+
+-- Generate pgembed.search for the current catalog (no model yet).
+SELECT pgembed._compile_search_v1();
+
+COMMENT ON FUNCTION pgembed.search(text, vector, integer, jsonb) IS
+    'The k rows nearest to a query vector made by the model, nearest first (HNSW index).';

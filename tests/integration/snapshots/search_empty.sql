@@ -1,0 +1,28 @@
+-- pgembed.search with no model: pg_get_functiondef of pgembed.search(text, vector, integer, jsonb).
+-- Written by tests/integration/test_schema.py with PGEMBED_UPDATE_SNAPSHOTS=1; do not edit.
+CREATE OR REPLACE FUNCTION pgembed.search(model text, query vector, k integer DEFAULT 10, filter jsonb DEFAULT NULL::jsonb)
+ RETURNS TABLE(key text, similarity double precision)
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+-- A table's own columns may be named like these variables: they are always written t.<column>.
+#variable_conflict use_variable
+DECLARE
+    ef text;
+    scan text;
+    done text;
+BEGIN
+    IF (filter IS NOT NULL AND jsonb_typeof(filter) <> 'null') OR k IS NULL OR k < 1
+       OR query IS NULL THEN
+        RETURN QUERY SELECT * FROM pgembed._nearest_v1(
+            model, query, k, filter, NULL, pgembed._settings_v1(model));
+        RETURN;
+    END IF;
+    CASE model
+    WHEN NULL THEN NULL;
+    ELSE  -- not a model: the dynamic path says so
+        RETURN QUERY SELECT * FROM pgembed._nearest_v1(
+            model, query, k, NULL, NULL, pgembed._settings_v1(model));
+    END CASE;
+END
+$function$

@@ -1,0 +1,74 @@
+-- pgembed.search with one model, 'sample' (3 dims): pg_get_functiondef of pgembed.search(text, vector, integer, jsonb).
+-- Written by tests/integration/test_schema.py with PGEMBED_UPDATE_SNAPSHOTS=1; do not edit.
+CREATE OR REPLACE FUNCTION pgembed.search(model text, query vector, k integer DEFAULT 10, filter jsonb DEFAULT NULL::jsonb)
+ RETURNS TABLE(key text, similarity double precision)
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+-- A table's own columns may be named like these variables: they are always written t.<column>.
+#variable_conflict use_variable
+DECLARE
+    ef text;
+    scan text;
+    done text;
+BEGIN
+    IF (filter IS NOT NULL AND jsonb_typeof(filter) <> 'null') OR k IS NULL OR k < 1
+       OR query IS NULL THEN
+        RETURN QUERY SELECT * FROM pgembed._nearest_v1(
+            model, query, k, filter, NULL, pgembed._settings_v1(model));
+        RETURN;
+    END IF;
+    CASE model
+    WHEN 'sample' THEN
+        IF vector_dims(query) <> 3 OR k > 100 THEN  -- the dynamic path (or its error)
+            RETURN QUERY SELECT * FROM pgembed._nearest_v1(
+                model, query, k, NULL, NULL, pgembed._settings_v1(model));
+            RETURN;
+        END IF;
+        -- ef_search: pgembed.ef_search, else the caller's own value, else the model's. Changed
+        -- (and put back) only when it differs from the value in force: usually it does not.
+        -- Assignments, not PERFORM: PL/pgSQL evaluates a lone expression without the executor.
+        IF nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL THEN
+            ef := current_setting('hnsw.ef_search');
+            done := set_config('hnsw.ef_search', current_setting('pgembed.ef_search'), true);
+        ELSIF current_setting('hnsw.ef_search') <> '40'
+              AND NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
+            ef := current_setting('hnsw.ef_search');
+            done := set_config('hnsw.ef_search', '40', true);
+        END IF;
+        -- Strict order: the index returns the rows nearest first, nothing to re-sort, and
+        -- still k rows when dead tuples or row-level security hide some of the first ef_search.
+        scan := current_setting('hnsw.iterative_scan');
+        done := set_config('hnsw.iterative_scan', 'strict_order', true);
+        -- The inner LIMIT is a constant, so the one generic plan is costed for that many rows,
+        -- as the raw statement is (a LIMIT parameter would be costed as 10 % of the table, and
+        -- sorting the table would win); the outer LIMIT stops the scan after k rows.
+        IF k <= 10 THEN
+            RETURN QUERY SELECT hits.key, hits.similarity FROM (
+                SELECT t.id::text AS key, 1 - (t.embedding_sample <=> query) AS similarity
+                FROM public.docs t
+                WHERE t.embedding_sample IS NOT NULL
+                ORDER BY t.embedding_sample <=> query
+                LIMIT 10) hits
+            LIMIT k;
+        ELSE
+            RETURN QUERY SELECT hits.key, hits.similarity FROM (
+                SELECT t.id::text AS key, 1 - (t.embedding_sample <=> query) AS similarity
+                FROM public.docs t
+                WHERE t.embedding_sample IS NOT NULL
+                ORDER BY t.embedding_sample <=> query
+                LIMIT 100) hits
+            LIMIT k;
+        END IF;
+        -- A SET clause restores only the settings it names: put back the caller's (an error
+        -- needs nothing, the rollback does it).
+        done := set_config('hnsw.iterative_scan', scan, true);
+        IF ef IS NOT NULL THEN
+            done := set_config('hnsw.ef_search', ef, true);
+        END IF;
+    ELSE  -- not a model: the dynamic path says so
+        RETURN QUERY SELECT * FROM pgembed._nearest_v1(
+            model, query, k, NULL, NULL, pgembed._settings_v1(model));
+    END CASE;
+END
+$function$
