@@ -11,6 +11,7 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from bench.env import Database, create_reviews, median, timed
+from pgembed import capture
 from pgembed.catalog import ddl, naming
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
@@ -100,7 +101,7 @@ def _resyncs(
     seconds = []
     for _ in range(repeats):
         conn.execute("UPDATE reviews SET embedding_minilm = NULL")
-        ddl.enqueue_existing(conn, spec)
+        capture.enqueue_existing(conn, spec)
         seconds.append(timed(lambda: _sync_once(database)))
     return seconds
 

@@ -21,3 +21,11 @@ def _load(group: str) -> dict[str, str]:
 def get(group: str, name: str) -> LiteralString:
     """The named statement; the cast is sound because the text is a file in the package."""
     return cast(LiteralString, _load(group)[name])  # type: ignore[redundant-cast]
+
+
+def statements(group: str, name: str) -> list[LiteralString]:
+    """A named block of several statements, one per `;` at a line's end, to run in order with
+    the same parameters (the extended protocol takes one statement at a time)."""
+    body = _load(group)[name]
+    parts = [part.strip() for part in re.split(r";\s*$", body, flags=re.MULTILINE)]
+    return [cast(LiteralString, part) for part in parts if part]

@@ -1,4 +1,5 @@
-"""Per-model database objects on the watched table: vector column, HNSW index, capture triggers.
+"""Per-model database objects on the watched table: vector column, HNSW and full-text indexes
+(the capture triggers are capture.py's).
 
 Every user identifier goes through psycopg.sql.Identifier; every value is a bound parameter.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
+from pgembed import capture
 from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
 
@@ -20,7 +22,7 @@ def create(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """Column, index and triggers; run inside the caller's transaction."""
     add_column(conn, spec)
     create_index(conn, spec)
-    create_triggers(conn, spec)
+    capture.create_triggers(conn, spec)
 
 
 def add_column(conn: psycopg.Connection, spec: ModelSpec) -> None:
@@ -95,46 +97,10 @@ def drop_concurrently(conn: psycopg.Connection, schema: str, name: str) -> None:
     )
 
 
-def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    ins, upd, dele, trunc = (sql.Identifier(n) for n in naming.trigger_names(spec))
-    table = naming.table(spec)
-    args = sql.SQL(", ").join(
-        sql.Literal(v) for v in (spec.name, spec.key_column, spec.text_column)
-    )
-    text = sql.Identifier(spec.text_column)
-    statements = [
-        sql.SQL(
-            "CREATE TRIGGER {} AFTER INSERT ON {} REFERENCING NEW TABLE AS pgembed_new "
-            "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_insert_v1({})"
-        ).format(ins, table, args),
-        sql.SQL(
-            "CREATE TRIGGER {} BEFORE UPDATE OF {} ON {} FOR EACH ROW "
-            "WHEN (OLD.{} IS DISTINCT FROM NEW.{}) "
-            "EXECUTE FUNCTION pgembed.capture_update_v1({}, {})"
-        ).format(upd, text, table, text, text, args, sql.Literal(spec.embedding_column)),
-        sql.SQL(
-            "CREATE TRIGGER {} AFTER DELETE ON {} REFERENCING OLD TABLE AS pgembed_old "
-            "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_delete_v1({})"
-        ).format(dele, table, args),
-        sql.SQL(
-            "CREATE TRIGGER {} AFTER TRUNCATE ON {} "
-            "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_truncate_v1({})"
-        ).format(trunc, table, args),
-    ]
-    for statement in statements:
-        conn.execute(statement)
-
-
-def drop_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    table = naming.table(spec)
-    for name in naming.trigger_names(spec):
-        conn.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), table))
-
-
 def drop(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """Remove the model's triggers, index and column; the table's other data is untouched."""
     table = naming.table(spec)
-    drop_triggers(conn, spec)
+    capture.drop_triggers(conn, spec)
     for index in (naming.index_name(spec), naming.fulltext_index_name(spec)):
         conn.execute(
             sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(spec.table_schema, index))
@@ -149,21 +115,3 @@ def drop(conn: psycopg.Connection, spec: ModelSpec) -> None:
             sql.SQL("DELETE FROM pgembed.{} WHERE model = %s").format(sql.Identifier(bookkeeping)),
             (spec.name,),
         )
-
-
-def enqueue_existing(conn: psycopg.Connection, spec: ModelSpec) -> int:
-    """Queue every row that has text; returns how many were queued."""
-    cur = conn.execute(
-        sql.SQL(
-            "INSERT INTO pgembed.queue (model, key) "
-            "SELECT %s, {key}::text FROM {table} WHERE btrim({text}) <> '' "
-            "ON CONFLICT (model, key) DO NOTHING"
-        ).format(
-            key=sql.Identifier(spec.key_column),
-            table=naming.table(spec),
-            text=sql.Identifier(spec.text_column),
-        ),
-        (spec.name,),
-    )
-    conn.execute("SELECT pg_notify(%s, %s)", (naming.CHANNEL, spec.name))
-    return cur.rowcount

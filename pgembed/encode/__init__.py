@@ -1,0 +1,1 @@
+"""Turning text into vectors: model loading, length-sorted batches, precision, hardware."""

@@ -1,0 +1,1 @@
+"""A model over time: add, remove, alter, reindex online, rebuild the index, report status."""

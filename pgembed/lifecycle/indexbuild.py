@@ -13,18 +13,13 @@ from dataclasses import dataclass, replace
 
 import psycopg
 
-from pgembed import db, defaults
+from pgembed import db, defaults, sqlfiles
 from pgembed.catalog import ddl, naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import UsageError
 from pgembed.lifecycle import switch
 
 log = logging.getLogger("pgembed.index")
-
-_PROGRESS = """
-SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total
-FROM pg_stat_progress_create_index WHERE pid = %s
-"""
 
 
 @dataclass(frozen=True)
@@ -159,7 +154,9 @@ class _Watcher:
             log.warning("cannot read index build progress: %s", db.first_line(exc))
 
     def _sample(self, conn: psycopg.Connection) -> None:
-        row = conn.execute(_PROGRESS, (self._pid,)).fetchone()
+        row = conn.execute(
+            sqlfiles.get("lifecycle", "index_build_progress"), {"pid": self._pid}
+        ).fetchone()
         if row is None or self._on_progress is None:
             return
         phase, blocks_done, blocks_total, tuples_done, tuples_total = row

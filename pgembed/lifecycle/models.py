@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import psycopg
 
-from pgembed import defaults
+from pgembed import capture, defaults
 from pgembed.catalog import ddl, naming, registry, tables
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, hardware, precision
@@ -79,7 +79,7 @@ def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
         ddl.create(conn, spec)
         if request.fulltext:
             ddl.create_fulltext_index(conn, spec)
-        queued = ddl.enqueue_existing(conn, spec)
+        queued = capture.enqueue_existing(conn, spec)
     return spec, queued
 
 

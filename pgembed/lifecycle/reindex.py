@@ -16,7 +16,7 @@ from typing import TypeVar
 import psycopg
 from psycopg import sql
 
-from pgembed import db, defaults
+from pgembed import capture, db, defaults, sqlfiles
 from pgembed.catalog import ddl, naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
@@ -117,8 +117,8 @@ def begin(conn: psycopg.Connection, name: str, change: Change | None) -> tuple[M
         registry.insert(conn, shadow)
         registry.record_version(conn, shadow, name, active=False)
         ddl.add_column(conn, shadow)
-        ddl.create_triggers(conn, shadow)
-        queued = ddl.enqueue_existing(conn, shadow)
+        capture.create_triggers(conn, shadow)
+        queued = capture.enqueue_existing(conn, shadow)
     return shadow, queued
 
 
@@ -140,11 +140,8 @@ def abort(conn: psycopg.Connection, name: str) -> ModelSpec:
     with conn.transaction():
         ddl.drop(conn, shadow)
         registry.delete(conn, shadow.name)
-        conn.execute(
-            "DELETE FROM pgembed.model_versions "
-            "WHERE name = %s AND version = %s AND activated_at IS NULL",
-            (name, shadow.version),
-        )
+        forget = {"name": name, "version": shadow.version}
+        conn.execute(sqlfiles.get("lifecycle", "forget_version"), forget)
     return shadow
 
 
@@ -264,10 +261,7 @@ class Reindex:
     def _wait_for_leases(self, shadow: ModelSpec) -> None:
         """Keys claimed by another (or a killed) worker, or backing off, come back by themselves."""
         with db.connection(self.url) as conn:
-            row = conn.execute(
-                "SELECT extract(epoch FROM min(next_attempt_at) - now())::float "
-                "FROM pgembed.queue WHERE model = %s",
-                (shadow.name,),
-            ).fetchone()
+            query = sqlfiles.get("lifecycle", "next_lease_seconds")
+            row = conn.execute(query, {"model": shadow.name}).fetchone()
         wait = row[0] if row and row[0] is not None else 0.0
         self.stop_event.wait(min(max(wait, 0.1), 5.0))

@@ -8,32 +8,10 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from pgembed import defaults
+from pgembed import defaults, sqlfiles
 from pgembed.catalog import ddl, naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.lifecycle import reindex
-
-_QUEUE_STATS = """
-SELECT
-    (SELECT count(*) FROM (SELECT key FROM pgembed.queue WHERE model = %(model)s
-                           UNION SELECT key FROM pgembed.inbox WHERE model = %(model)s) k
-    ) AS queued,
-    (SELECT extract(epoch FROM now() - min(enqueued_at))::float FROM (
-        SELECT enqueued_at FROM pgembed.queue WHERE model = %(model)s
-        UNION ALL SELECT enqueued_at FROM pgembed.inbox WHERE model = %(model)s) e
-    ) AS oldest_queued_seconds,
-    (SELECT count(*) FROM pgembed.failures WHERE model = %(model)s) AS failed,
-    (SELECT count(*) FROM pgembed.truncated WHERE model = %(model)s) AS truncated,
-    (SELECT coalesce(sum(rows), 0)::float / 60 FROM pgembed.batches
-       WHERE model = %(model)s AND finished_at > now() - interval '1 minute') AS rows_per_second
-"""
-
-_WORKERS = """
-SELECT id, host, pid, models, heartbeat_at
-FROM pgembed.workers
-WHERE heartbeat_at > now() - make_interval(secs => %(live)s)
-ORDER BY started_at
-"""
 
 
 def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
@@ -44,8 +22,12 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
     ).fetchone()
     rows_total, rows_embedded = counts if counts else (0, 0)
     with conn.cursor(row_factory=dict_row) as cur:
-        stats = cur.execute(_QUEUE_STATS, {"model": spec.name}).fetchone() or {}
-        workers = cur.execute(_WORKERS, {"live": defaults.LIVE_WORKER_SECONDS}).fetchall()
+        stats = (
+            cur.execute(sqlfiles.get("lifecycle", "queue_stats"), {"model": spec.name}).fetchone()
+            or {}
+        )
+        live = {"live": defaults.LIVE_WORKER_SECONDS}
+        workers = cur.execute(sqlfiles.get("lifecycle", "live_workers"), live).fetchall()
     oldest = stats.get("oldest_queued_seconds")
     return {
         "name": spec.name,
@@ -114,7 +96,5 @@ def reindex_status(conn: psycopg.Connection, shadow: ModelSpec) -> dict[str, Any
 def failures(conn: psycopg.Connection, limit: int = 20) -> list[dict[str, Any]]:
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(
-            "SELECT model, key, attempts, error, failed_at FROM pgembed.failures "
-            "ORDER BY failed_at DESC LIMIT %s",
-            (limit,),
+            sqlfiles.get("lifecycle", "recent_failures"), {"limit": limit}
         ).fetchall()

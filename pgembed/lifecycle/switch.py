@@ -17,8 +17,8 @@ from typing import TypeVar
 import psycopg
 from psycopg import sql
 
-from pgembed import defaults
-from pgembed.catalog import ddl, naming, registry
+from pgembed import capture, defaults, sqlfiles
+from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import DatabaseError, NotFoundError
 
@@ -27,50 +27,13 @@ log = logging.getLogger("pgembed.reindex")
 T = TypeVar("T")
 
 
-_LOCK_ROWS = (
-    "SELECT name FROM pgembed.models WHERE name = %(name)s OR shadow_of = %(name)s "
-    "ORDER BY name FOR UPDATE"
-)
-_UPDATE_MODEL = """
-UPDATE pgembed.models SET
-    model_ref = %(model_ref)s, pooling = %(pooling)s,
-    normalize = %(normalize)s, dimensions = %(dimensions)s, max_seq_length = %(max_seq_length)s,
-    query_prefix = %(query_prefix)s, document_prefix = %(document_prefix)s,
-    hnsw_m = %(hnsw_m)s, hnsw_ef_construction = %(hnsw_ef_construction)s, version = %(version)s,
-    precision = %(precision)s, precision_requested = %(precision_requested)s,
-    precision_cosine = %(precision_cosine)s, precision_note = %(precision_note)s
-WHERE name = %(name)s
-"""
-# The shadow's queue, failures and truncation marks become the model's; the old version's go.
-# Claims on moved keys are voided (the claimer's write-back will find its model gone).
-_MOVE_BOOKKEEPING = (
-    "DELETE FROM pgembed.queue WHERE model = %(name)s",
-    "UPDATE pgembed.queue SET model = %(name)s, next_attempt_at = now(), claimed_by = NULL "
-    "WHERE model = %(shadow)s",
-    "DELETE FROM pgembed.inbox WHERE model = %(name)s",
-    "UPDATE pgembed.inbox SET model = %(name)s WHERE model = %(shadow)s",
-    "DELETE FROM pgembed.failures WHERE model = %(name)s",
-    "UPDATE pgembed.failures SET model = %(name)s WHERE model = %(shadow)s",
-    "DELETE FROM pgembed.truncated WHERE model = %(name)s",
-    "UPDATE pgembed.truncated SET model = %(name)s WHERE model = %(shadow)s",
-    "DELETE FROM pgembed.batches WHERE model = %(name)s",
-    "UPDATE pgembed.batches SET model = %(name)s WHERE model = %(shadow)s",
-    "DELETE FROM pgembed.models WHERE name = %(shadow)s",
-    "UPDATE pgembed.model_versions SET activated_at = now() "
-    "WHERE name = %(name)s AND version = %(version)s",
-    "SELECT pg_notify('pgembed', %(name)s) FROM (SELECT key FROM pgembed.queue "
-    "WHERE model = %(name)s UNION ALL SELECT key FROM pgembed.inbox WHERE model = %(name)s) k "
-    "LIMIT 1",
-)
-
-
 def swap_in(conn: psycopg.Connection, name: str) -> ModelSpec:
     """Replace model `name`'s column, index, triggers and settings by its shadow's."""
     return _retrying(conn, lambda: _swap_in(conn, name))
 
 
 def _swap_in(conn: psycopg.Connection, name: str) -> ModelSpec:
-    conn.execute(_LOCK_ROWS, {"name": name})
+    conn.execute(sqlfiles.get("lifecycle", "lock_model_rows"), {"name": name})
     old = registry.get(conn, name)
     shadow = registry.shadow(conn, name)
     if shadow is None:
@@ -85,7 +48,7 @@ def _swap_in(conn: psycopg.Connection, name: str) -> ModelSpec:
     table = naming.table(old)
     conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(table))
     for spec in (old, shadow):
-        ddl.drop_triggers(conn, spec)
+        capture.drop_triggers(conn, spec)
     conn.execute(  # the old index goes with its column
         sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(table, sql.Identifier(old.embedding_column))
     )
@@ -100,11 +63,12 @@ def _swap_in(conn: psycopg.Connection, name: str) -> ModelSpec:
             sql.Identifier(naming.index_name(new)),
         )
     )
-    ddl.create_triggers(conn, new)
+    capture.create_triggers(conn, new)
     moves = {"name": name, "shadow": shadow.name, "version": new.version}
-    for statement in _MOVE_BOOKKEEPING:
+    moves["channel"] = naming.CHANNEL
+    for statement in sqlfiles.statements("lifecycle", "move_bookkeeping"):
         conn.execute(statement, moves)
-    conn.execute(_UPDATE_MODEL, new.as_dict())
+    conn.execute(sqlfiles.get("lifecycle", "update_model"), new.as_dict())
     return new
 
 
@@ -112,7 +76,7 @@ def swap_index(conn: psycopg.Connection, spec: ModelSpec, temporary: str) -> Mod
     """Drop the model's index and give the freshly built `temporary` its name and parameters."""
 
     def swap() -> ModelSpec:
-        conn.execute(_LOCK_ROWS, {"name": spec.name})
+        conn.execute(sqlfiles.get("lifecycle", "lock_model_rows"), {"name": spec.name})
         conn.execute(
             sql.SQL("DROP INDEX IF EXISTS {}").format(
                 sql.Identifier(spec.table_schema, naming.index_name(spec))
@@ -125,17 +89,8 @@ def swap_index(conn: psycopg.Connection, spec: ModelSpec, temporary: str) -> Mod
             )
         )
         params = {"name": spec.name, "m": spec.hnsw_m, "ef": spec.hnsw_ef_construction}
-        conn.execute(
-            "UPDATE pgembed.models SET hnsw_m = %(m)s, hnsw_ef_construction = %(ef)s "
-            "WHERE name = %(name)s",
-            params,
-        )
-        conn.execute(
-            "UPDATE pgembed.model_versions SET hnsw_m = %(m)s, hnsw_ef_construction = %(ef)s "
-            "WHERE name = %(name)s AND version = (SELECT version FROM pgembed.models "
-            "WHERE name = %(name)s)",
-            params,
-        )
+        for statement in sqlfiles.statements("lifecycle", "set_hnsw_parameters"):
+            conn.execute(statement, params)
         return registry.get(conn, spec.name)
 
     return _retrying(conn, swap)

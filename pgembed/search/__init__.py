@@ -1,0 +1,1 @@
+"""Searching and judging search: the SQL helpers from Python, exact top-k, evaluation, tuning."""

@@ -1,0 +1,89 @@
+-- Static statements of a model's lifecycle: status, reindex, switch, index rebuild.
+-- Loaded by pgembed.sqlfiles; statements that name the user's table are composed in Python.
+
+-- name: queue_stats
+-- status: backlog (queue and inbox), its oldest entry, failures, truncations, recent rows/s.
+SELECT
+    (SELECT count(*) FROM (SELECT key FROM pgembed.queue WHERE model = %(model)s
+                           UNION SELECT key FROM pgembed.inbox WHERE model = %(model)s) k
+    ) AS queued,
+    (SELECT extract(epoch FROM now() - min(enqueued_at))::float FROM (
+        SELECT enqueued_at FROM pgembed.queue WHERE model = %(model)s
+        UNION ALL SELECT enqueued_at FROM pgembed.inbox WHERE model = %(model)s) e
+    ) AS oldest_queued_seconds,
+    (SELECT count(*) FROM pgembed.failures WHERE model = %(model)s) AS failed,
+    (SELECT count(*) FROM pgembed.truncated WHERE model = %(model)s) AS truncated,
+    (SELECT coalesce(sum(rows), 0)::float / 60 FROM pgembed.batches
+       WHERE model = %(model)s AND finished_at > now() - interval '1 minute') AS rows_per_second;
+
+-- name: live_workers
+-- status: workers heard from within `live` seconds.
+SELECT id, host, pid, models, heartbeat_at
+FROM pgembed.workers
+WHERE heartbeat_at > now() - make_interval(secs => %(live)s)
+ORDER BY started_at;
+
+-- name: recent_failures
+-- status: the newest failures, for `pgembed retry`.
+SELECT model, key, attempts, error, failed_at FROM pgembed.failures
+ORDER BY failed_at DESC LIMIT %(limit)s;
+
+-- name: lock_model_rows
+-- A switch takes the model's and its shadow's catalog rows first, then the table: the order the
+-- sync worker's write-back uses (catalog share lock, then rows), so the two never deadlock.
+SELECT name FROM pgembed.models WHERE name = %(name)s OR shadow_of = %(name)s
+ORDER BY name FOR UPDATE;
+
+-- name: update_model
+-- The switch: the live model takes the shadow's settings and version.
+UPDATE pgembed.models SET
+    model_ref = %(model_ref)s, pooling = %(pooling)s,
+    normalize = %(normalize)s, dimensions = %(dimensions)s, max_seq_length = %(max_seq_length)s,
+    query_prefix = %(query_prefix)s, document_prefix = %(document_prefix)s,
+    hnsw_m = %(hnsw_m)s, hnsw_ef_construction = %(hnsw_ef_construction)s, version = %(version)s,
+    precision = %(precision)s, precision_requested = %(precision_requested)s,
+    precision_cosine = %(precision_cosine)s, precision_note = %(precision_note)s
+WHERE name = %(name)s;
+
+-- name: move_bookkeeping
+-- The switch: the shadow's queue, failures and truncation marks become the model's; the old
+-- version's go. Claims on moved keys are voided (the claimer's write-back finds its model gone).
+DELETE FROM pgembed.queue WHERE model = %(name)s;
+UPDATE pgembed.queue SET model = %(name)s, next_attempt_at = now(), claimed_by = NULL
+WHERE model = %(shadow)s;
+DELETE FROM pgembed.inbox WHERE model = %(name)s;
+UPDATE pgembed.inbox SET model = %(name)s WHERE model = %(shadow)s;
+DELETE FROM pgembed.failures WHERE model = %(name)s;
+UPDATE pgembed.failures SET model = %(name)s WHERE model = %(shadow)s;
+DELETE FROM pgembed.truncated WHERE model = %(name)s;
+UPDATE pgembed.truncated SET model = %(name)s WHERE model = %(shadow)s;
+DELETE FROM pgembed.batches WHERE model = %(name)s;
+UPDATE pgembed.batches SET model = %(name)s WHERE model = %(shadow)s;
+DELETE FROM pgembed.models WHERE name = %(shadow)s;
+UPDATE pgembed.model_versions SET activated_at = now()
+WHERE name = %(name)s AND version = %(version)s;
+SELECT pg_notify(%(channel)s, %(name)s) FROM (SELECT key FROM pgembed.queue
+WHERE model = %(name)s UNION ALL SELECT key FROM pgembed.inbox WHERE model = %(name)s) k
+LIMIT 1;
+
+-- name: set_hnsw_parameters
+-- An index rebuild records its parameters on the model and on its current version.
+UPDATE pgembed.models SET hnsw_m = %(m)s, hnsw_ef_construction = %(ef)s
+WHERE name = %(name)s;
+UPDATE pgembed.model_versions SET hnsw_m = %(m)s, hnsw_ef_construction = %(ef)s
+WHERE name = %(name)s AND version = (SELECT version FROM pgembed.models WHERE name = %(name)s);
+
+-- name: forget_version
+-- An aborted reindex: its version was never activated.
+DELETE FROM pgembed.model_versions
+WHERE name = %(name)s AND version = %(version)s AND activated_at IS NULL;
+
+-- name: next_lease_seconds
+-- How long until the first key of a model is ready again (claimed elsewhere, or backing off).
+SELECT extract(epoch FROM min(next_attempt_at) - now())::float
+FROM pgembed.queue WHERE model = %(model)s;
+
+-- name: index_build_progress
+-- A CREATE INDEX's progress, read from a second session.
+SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total
+FROM pg_stat_progress_create_index WHERE pid = %(pid)s;
