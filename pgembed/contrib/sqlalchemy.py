@@ -12,9 +12,14 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
-from pgvector.sqlalchemy import VECTOR
-from sqlalchemy.orm import Session
+try:
+    import sqlalchemy as sa
+    from pgvector.sqlalchemy import VECTOR
+    from sqlalchemy.orm import Session
+except ImportError as exc:  # an optional extra: say how to get it
+    raise ImportError(
+        f"pgembed.contrib.sqlalchemy needs SQLAlchemy ({exc}): pip install 'pgembed[sqlalchemy]'"
+    ) from None
 
 from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import NotFoundError, UsageError
