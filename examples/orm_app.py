@@ -1,4 +1,5 @@
-"""A small application that maps its table with SQLAlchemy and searches it with pgembed.orm.
+"""A small application that maps its table with SQLAlchemy and searches it with
+pgembed.contrib.sqlalchemy.
 
     python examples/orm_app.py postgresql://user@host:5432/dbname
 
@@ -51,7 +52,7 @@ REVIEWS = [
 ]
 
 # The application's own schema; in a real project this is an Alembic migration (with
-# pgembed.orm.include_object in env.py, so autogenerate leaves pgembed's column alone).
+# pgembed.contrib.sqlalchemy.include_object in env.py: autogenerate leaves pgembed alone).
 CREATE_TABLE = """
 CREATE TABLE IF NOT EXISTS app_reviews (
     id integer PRIMARY KEY,
