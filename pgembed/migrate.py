@@ -9,22 +9,13 @@ from pathlib import Path
 
 import psycopg
 
+from pgembed import sqlfiles
 from pgembed.errors import DatabaseError, SchemaError
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # Any constant works; this one is "pgembed" in ASCII, so it is easy to spot in pg_locks.
 _LOCK_KEY = 0x7067656D626564
-
-_BOOTSTRAP = """
-CREATE SCHEMA IF NOT EXISTS pgembed;
-CREATE TABLE IF NOT EXISTS pgembed.migrations (
-    version    integer PRIMARY KEY,
-    name       text NOT NULL,
-    sha256     text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
-);
-"""
 
 
 @dataclass(frozen=True)
@@ -53,20 +44,20 @@ def available(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
 
 def applied(conn: psycopg.Connection) -> dict[int, str]:
     """version -> sha256 of what was applied; empty when pgembed was never installed."""
-    exists = conn.execute("SELECT to_regclass('pgembed.migrations') IS NOT NULL").fetchone()
+    exists = conn.execute(sqlfiles.get("migrate", "installed")).fetchone()
     if not exists or not exists[0]:
         return {}
-    rows = conn.execute("SELECT version, sha256 FROM pgembed.migrations").fetchall()
+    rows = conn.execute(sqlfiles.get("migrate", "applied")).fetchall()
     return {version: sha for version, sha in rows}
 
 
 def migrate(conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR) -> list[Migration]:
     """Apply every pending migration, each in its own transaction; return what was applied."""
     _require_vector_available(conn)
-    conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
+    conn.execute(sqlfiles.get("migrate", "lock"), {"key": _LOCK_KEY})
     try:
         with conn.transaction():
-            conn.execute(_BOOTSTRAP)
+            conn.execute(sqlfiles.get("migrate", "bootstrap"))
         done = applied(conn)
         _refuse_tampered(done, available(directory))
         newly = []
@@ -75,16 +66,18 @@ def migrate(conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR) -> list[
                 continue
             with conn.transaction():
                 conn.execute(migration.sql.encode())
-                conn.execute(
-                    "INSERT INTO pgembed.migrations (version, name, sha256) VALUES (%s, %s, %s)",
-                    (migration.version, migration.name, migration.sha256),
-                )
+                record = {
+                    "version": migration.version,
+                    "name": migration.name,
+                    "sha256": migration.sha256,
+                }
+                conn.execute(sqlfiles.get("migrate", "record"), record)
             newly.append(migration)
         return newly
     except psycopg.Error as exc:
         raise DatabaseError(f"migration failed: {exc}") from None
     finally:
-        conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
+        conn.execute(sqlfiles.get("migrate", "unlock"), {"key": _LOCK_KEY})
 
 
 def require_current(conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR) -> None:
@@ -114,9 +107,7 @@ def _refuse_tampered(done: dict[int, str], wanted: list[Migration]) -> None:
 
 
 def _require_vector_available(conn: psycopg.Connection) -> None:
-    row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector')"
-    ).fetchone()
+    row = conn.execute(sqlfiles.get("migrate", "vector_available")).fetchone()
     if not row or not row[0]:
         raise DatabaseError(
             "the server has no `vector` extension available: install pgvector "

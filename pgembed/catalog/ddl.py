@@ -9,7 +9,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from pgembed import capture
+from pgembed import capture, sqlfiles
 from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
 
@@ -83,11 +83,8 @@ def drop_invalid_fulltext_index(conn: psycopg.Connection, spec: ModelSpec) -> No
 
 def index_valid(conn: psycopg.Connection, schema: str, name: str) -> bool | None:
     """True for a usable index, False for one an interrupted build left invalid, None if none."""
-    row = conn.execute(
-        "SELECT indisvalid FROM pg_index "
-        "WHERE indexrelid = to_regclass(format('%%I.%%I', %s::text, %s::text))",
-        (schema, name),
-    ).fetchone()
+    query = sqlfiles.get("catalog", "index_valid")
+    row = conn.execute(query, {"schema": schema, "name": name}).fetchone()
     return None if row is None else bool(row[0])
 
 

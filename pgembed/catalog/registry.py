@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from pgembed import sqlfiles
 from pgembed.errors import NotFoundError
 
 POOLINGS = ("mean", "cls", "max")
@@ -106,8 +107,7 @@ def same_space(a: ModelSpec, b: ModelSpec) -> bool:
 
 
 def exists(conn: psycopg.Connection, name: str) -> bool:
-    row = conn.execute("SELECT EXISTS (SELECT 1 FROM pgembed.models WHERE name = %s)", (name,))
-    result = row.fetchone()
+    result = conn.execute(sqlfiles.get("catalog", "model_exists"), {"name": name}).fetchone()
     return bool(result and result[0])
 
 
@@ -119,44 +119,21 @@ def insert(conn: psycopg.Connection, spec: ModelSpec) -> None:
     )
 
 
-_VERSIONED = (
-    "model_ref, pooling, normalize, dimensions, max_seq_length, "
-    "query_prefix, document_prefix, hnsw_m, hnsw_ef_construction"
-)
-_EXCLUDED = ", ".join(f"excluded.{c.strip()}" for c in _VERSIONED.split(","))
-
-
 def record_version(conn: psycopg.Connection, spec: ModelSpec, name: str, active: bool) -> None:
     """Keep `spec`'s settings as version `spec.version` of model `name`.
 
     A version left by an abandoned reindex is overwritten by the next attempt at that number.
     """
-    conn.execute(
-        f"INSERT INTO pgembed.model_versions (name, version, {_VERSIONED}, activated_at) "
-        f"SELECT %s, version, {_VERSIONED}, CASE WHEN %s THEN now() END "
-        "FROM pgembed.models WHERE name = %s ON CONFLICT (name, version) DO UPDATE SET "
-        f"({_VERSIONED}, created_at, activated_at) = ({_EXCLUDED}, now(), excluded.activated_at)",
-        (name, active, spec.name),
-    )
+    params = {"version_of": name, "active": active, "name": spec.name}
+    conn.execute(sqlfiles.get("catalog", "record_version"), params)
 
 
 def delete(conn: psycopg.Connection, name: str) -> None:
-    conn.execute("DELETE FROM pgembed.models WHERE name = %s", (name,))
+    conn.execute(sqlfiles.get("catalog", "delete_model"), {"name": name})
 
 
 def set_precision(conn: psycopg.Connection, spec: ModelSpec) -> bool:
     """Store `spec`'s precision fields if the model is still at `spec.version` (checked against
     those settings); False if it was switched to another version meanwhile."""
-    cur = conn.execute(
-        "UPDATE pgembed.models SET precision = %s, precision_requested = %s, "
-        "precision_cosine = %s, precision_note = %s WHERE name = %s AND version = %s",
-        (
-            spec.precision,
-            spec.precision_requested,
-            spec.precision_cosine,
-            spec.precision_note,
-            spec.name,
-            spec.version,
-        ),
-    )
+    cur = conn.execute(sqlfiles.get("catalog", "set_precision"), spec.as_dict())
     return cur.rowcount == 1

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from pgembed import sqlfiles
 from pgembed.errors import NotFoundError, UsageError
 
 _TEXT_TYPES = {"text", "character varying", "character", "citext"}
@@ -21,29 +22,15 @@ class TableInfo:
 
 
 def inspect(conn: psycopg.Connection, schema: str, name: str) -> TableInfo:
-    row = conn.execute(
-        "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
-        (schema, name),
-    ).fetchone()
-    if row is None:
+    row = conn.execute(sqlfiles.get("catalog", "table_oid"), {"schema": schema, "name": name})
+    found = row.fetchone()
+    if found is None:
         raise NotFoundError(f"table {schema}.{name} does not exist")
-    oid = row[0]
+    oid = {"oid": found[0]}
     columns: dict[str, str] = dict(
-        conn.execute(
-            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-            "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-            (oid,),
-        ).fetchall()
+        conn.execute(sqlfiles.get("catalog", "table_columns"), oid).fetchall()
     )
-    indexes = conn.execute(
-        "SELECT i.indisprimary, array_agg(a.attname ORDER BY k.ord) "
-        "FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
-        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
-        "WHERE i.indrelid = %s AND i.indisunique AND i.indpred IS NULL "
-        "GROUP BY i.indexrelid, i.indisprimary",
-        (oid,),
-    ).fetchall()
+    indexes = conn.execute(sqlfiles.get("catalog", "table_unique_indexes"), oid).fetchall()
     primary = next((tuple(cols) for is_pk, cols in indexes if is_pk), ())
     unique = frozenset(cols[0] for _, cols in indexes if len(cols) == 1)
     return TableInfo(schema, name, columns, primary, unique)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from pgembed import sqlfiles
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.errors import NotFoundError, UsageError
@@ -89,4 +90,4 @@ def _without(keys: Sequence[str], runs: list[list[str]], k: int) -> list[list[st
 
 
 def record(conn: psycopg.Connection, name: str, ef_search: int | None) -> None:
-    conn.execute("UPDATE pgembed.models SET ef_search = %s WHERE name = %s", (ef_search, name))
+    conn.execute(sqlfiles.get("catalog", "set_ef_search"), {"ef_search": ef_search, "name": name})

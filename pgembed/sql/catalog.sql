@@ -1,0 +1,61 @@
+-- Static statements of the catalog: the model registry, and what pgembed reads of a user's table.
+-- Loaded by pgembed.sqlfiles. The registry's SELECT and INSERT list ModelSpec's fields, so they
+-- are composed from the dataclass in catalog/registry.py (one source for the column list).
+
+-- name: model_exists
+SELECT EXISTS (SELECT 1 FROM pgembed.models WHERE name = %(name)s);
+
+-- name: delete_model
+DELETE FROM pgembed.models WHERE name = %(name)s;
+
+-- name: record_version
+-- Keep a model's current settings as its version `version`; a version left by an abandoned
+-- reindex is overwritten by the next attempt at that number.
+INSERT INTO pgembed.model_versions AS v (
+    name, version, model_ref, pooling, normalize, dimensions, max_seq_length,
+    query_prefix, document_prefix, hnsw_m, hnsw_ef_construction, activated_at)
+SELECT %(version_of)s, version, model_ref, pooling, normalize, dimensions, max_seq_length,
+       query_prefix, document_prefix, hnsw_m, hnsw_ef_construction,
+       CASE WHEN %(active)s THEN now() END
+FROM pgembed.models WHERE name = %(name)s
+ON CONFLICT (name, version) DO UPDATE SET
+    (model_ref, pooling, normalize, dimensions, max_seq_length, query_prefix, document_prefix,
+     hnsw_m, hnsw_ef_construction, created_at, activated_at)
+  = (excluded.model_ref, excluded.pooling, excluded.normalize, excluded.dimensions,
+     excluded.max_seq_length, excluded.query_prefix, excluded.document_prefix, excluded.hnsw_m,
+     excluded.hnsw_ef_construction, now(), excluded.activated_at);
+
+-- name: set_precision
+-- A precision change applies only while the model is still at the version it was checked for.
+UPDATE pgembed.models SET precision = %(precision)s, precision_requested = %(precision_requested)s,
+    precision_cosine = %(precision_cosine)s, precision_note = %(precision_note)s
+WHERE name = %(name)s AND version = %(version)s;
+
+-- name: set_ef_search
+-- `pgembed tune` records the model's default hnsw.ef_search (NULL: pgvector's).
+UPDATE pgembed.models SET ef_search = %(ef_search)s WHERE name = %(name)s;
+
+-- name: table_oid
+-- A user's table (plain or partitioned) by schema and name.
+SELECT c.oid FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s AND c.relname = %(name)s AND c.relkind IN ('r', 'p');
+
+-- name: table_columns
+-- Its columns and their types, in order.
+SELECT attname, pg_catalog.format_type(atttypid, atttypmod) FROM pg_catalog.pg_attribute
+WHERE attrelid = %(oid)s AND attnum > 0 AND NOT attisdropped ORDER BY attnum;
+
+-- name: table_unique_indexes
+-- Its unique, non-partial indexes (the primary key flagged) with their columns in order.
+SELECT i.indisprimary, array_agg(a.attname ORDER BY k.ord)
+FROM pg_catalog.pg_index i
+CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = %(oid)s AND i.indisunique AND i.indpred IS NULL
+GROUP BY i.indexrelid, i.indisprimary;
+
+-- name: index_valid
+-- Whether an index is usable (false: an interrupted concurrent build left it invalid).
+SELECT indisvalid FROM pg_catalog.pg_index
+WHERE indexrelid = pg_catalog.to_regclass(pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text));
