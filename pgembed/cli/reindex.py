@@ -210,7 +210,7 @@ class _Bars(reindex.Reporter):
         if self._bar is not None:
             self._bar.update(rows)
 
-    def index(self, sample: indexbuild.Progress) -> None:
+    def index(self, sample: indexbuild.BuildProgress) -> None:
         if self._bar is not None:
             self._bar.set_description(sample.phase, refresh=False)
             self.rows(sample.done, sample.total)

@@ -203,28 +203,27 @@ def _load(settings: Settings) -> Any:
         raise ModelLoadError(f"cannot load model {settings.model_ref!r}: {exc}") from None
     if settings.max_seq_length is not None:
         model.max_seq_length = settings.max_seq_length
-    modules = list(model._modules.items())
-    pooling_at = [i for i, (_, module) in enumerate(modules) if isinstance(module, Pooling)]
+    # A SentenceTransformer is a torch Sequential: its modules are edited through that public API.
+    pooling_at = [i for i, module in enumerate(model) if isinstance(module, Pooling)]
     if not pooling_at:
         raise ModelLoadError(f"model {settings.model_ref!r} has no pooling layer")
     index = pooling_at[0]
     if settings.pooling is not None:
-        current: Any = modules[index][1]
+        current: Any = model[index]
         dimension = current.get_config_dict()["embedding_dimension"]
-        modules[index] = (modules[index][0], Pooling(dimension, pooling_mode=settings.pooling))
-    modules = [(k, m) for k, m in modules if not isinstance(m, Normalize)]
+        model[index] = Pooling(dimension, pooling_mode=settings.pooling)
+    for i in reversed(range(len(model))):
+        if isinstance(model[i], Normalize):
+            del model[i]
     if settings.normalize:
-        modules.append((str(len(modules)), Normalize()))
-    model._modules.clear()
-    for key, module in modules:
-        model._modules[key] = module
+        model.append(Normalize())
     model.eval()
     return convert.apply(model, settings.precision, settings.device)
 
 
 def _position_limit(model: Any) -> int | None:
     """The checkpoint's position-embedding size: texts longer than this cannot be encoded."""
-    first = next(iter(model._modules.values()))
+    first = model[0]
     config = getattr(getattr(first, "auto_model", None), "config", None)
     limit = getattr(config, "max_position_embeddings", None)
     return int(limit) if isinstance(limit, int) else None
@@ -233,7 +232,7 @@ def _position_limit(model: Any) -> int | None:
 def _pooling_of(model: Any) -> str:
     from sentence_transformers.sentence_transformer.modules import Pooling
 
-    for module in model._modules.values():
+    for module in model:
         if isinstance(module, Pooling):
             mode = module.get_config_dict()["pooling_mode"]
             return str(mode if isinstance(mode, str) else mode[0])

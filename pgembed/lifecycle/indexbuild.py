@@ -32,7 +32,7 @@ class BuildSettings:
 
 
 @dataclass(frozen=True)
-class Progress:
+class BuildProgress:
     """One sample of pg_stat_progress_create_index: blocks while scanning, else tuples."""
 
     phase: str
@@ -40,7 +40,7 @@ class Progress:
     total: int
 
 
-ProgressCallback = Callable[[Progress], None]
+OnBuildProgress = Callable[[BuildProgress], None]
 
 
 def build(
@@ -48,7 +48,7 @@ def build(
     spec: ModelSpec,
     name: str,
     settings: BuildSettings,
-    on_progress: ProgressCallback | None = None,
+    on_progress: OnBuildProgress | None = None,
     stop: threading.Event | None = None,
 ) -> bool:
     """Build index `name` on spec's column concurrently; False if `stop` cancelled it.
@@ -87,7 +87,7 @@ def rebuild(
     m: int | None,
     ef_construction: int | None,
     settings: BuildSettings,
-    on_progress: ProgressCallback | None = None,
+    on_progress: OnBuildProgress | None = None,
     stop: threading.Event | None = None,
 ) -> ModelSpec | None:
     """`reindex --index-only`: a new index with the given parameters replaces the old one.
@@ -122,7 +122,7 @@ class _Watcher:
         self,
         url: str,
         builder: psycopg.Connection,
-        on_progress: ProgressCallback | None,
+        on_progress: OnBuildProgress | None,
         stop: threading.Event | None,
         interval: float = 0.5,
     ) -> None:
@@ -161,6 +161,6 @@ class _Watcher:
             return
         phase, blocks_done, blocks_total, tuples_done, tuples_total = row
         if blocks_total:
-            self._on_progress(Progress(phase, blocks_done, blocks_total))
+            self._on_progress(BuildProgress(phase, blocks_done, blocks_total))
         else:
-            self._on_progress(Progress(phase, tuples_done or 0, tuples_total or 0))
+            self._on_progress(BuildProgress(phase, tuples_done or 0, tuples_total or 0))

@@ -146,7 +146,7 @@ def abort(conn: psycopg.Connection, name: str) -> ModelSpec:
 
 
 @dataclass(frozen=True)
-class Progress:
+class ShadowProgress:
     """How far a shadow is: rows with a vector, and rows that have text to embed."""
 
     embedded: int
@@ -154,7 +154,7 @@ class Progress:
     queued: int
 
 
-def progress(conn: psycopg.Connection, shadow: ModelSpec) -> Progress:
+def progress(conn: psycopg.Connection, shadow: ModelSpec) -> ShadowProgress:
     row = conn.execute(
         sql.SQL(
             "SELECT count({col}), count(*) FILTER (WHERE btrim({text}) <> '') FROM {table}"
@@ -165,7 +165,7 @@ def progress(conn: psycopg.Connection, shadow: ModelSpec) -> Progress:
         )
     ).fetchone()
     embedded, total = row if row else (0, 0)
-    return Progress(embedded, total, store.queued_count(conn, [shadow.name]))
+    return ShadowProgress(embedded, total, store.queued_count(conn, [shadow.name]))
 
 
 class Reporter:
@@ -180,7 +180,7 @@ class Reporter:
     def advance(self, rows: int) -> None:
         """This process embedded and wrote `rows` more rows."""
 
-    def index(self, sample: indexbuild.Progress) -> None:
+    def index(self, sample: indexbuild.BuildProgress) -> None:
         """A sample of the index build's progress."""
 
 

@@ -32,7 +32,7 @@ from pgembed.sync.pipeline import Pipeline
 
 log = logging.getLogger("pgembed.sync")
 
-ProgressCallback = Callable[[str, int], None]
+OnBatch = Callable[[str, int], None]  # (model, keys claimed) after each batch, for progress bars
 
 # Faults that retrying will not fix: refused authentication, a database that does not exist.
 _PERMANENT_SQLSTATES = {"28000", "28P01", "3D000"}
@@ -66,9 +66,7 @@ class Stats:
 
 
 class Worker:
-    def __init__(
-        self, url: str, options: Options, on_progress: ProgressCallback | None = None
-    ) -> None:
+    def __init__(self, url: str, options: Options, on_progress: OnBatch | None = None) -> None:
         self.url = url
         self.options = options
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
