@@ -1,10 +1,11 @@
 # The two commands a new user needs: `make demo` and `make test`. Both set up .venv first.
+# `make test-fast` runs only the unit tier (no database, no model): seconds.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo test lint format bench clean
+.PHONY: setup demo test test-fast lint format bench clean
 
 setup: $(STAMP)
 
@@ -19,8 +20,12 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/pgembed demo
 
+# Every tier, fast failures first: tests/unit, tests/integration, tests/acceptance (testpaths).
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check pgembed tests bench examples

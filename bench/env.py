@@ -10,15 +10,14 @@ import re
 import statistics
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
 from pgembed import db, migrate
+from tests.helpers import database, database_name
 
 _SUBJECTS = [
     "The battery",
@@ -91,11 +90,10 @@ class Database:
 
     def __init__(self, server_url: str) -> None:
         self.server_url = server_url
-        self.name = f"pgembed_bench_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {self.name}")  # type: ignore[arg-type]
-        parts = urlsplit(server_url)
-        self.url = urlunsplit(parts._replace(path=f"/{self.name}"))
+        self._dropped = ExitStack()
+        # The tests' own throwaway databases: CREATE now, DROP ... WITH (FORCE) in drop().
+        self.url = self._dropped.enter_context(database(server_url, "pgembed_bench"))
+        self.name = database_name(self.url)
         with db.connection(self.url) as conn:
             migrate.migrate(conn)
 
@@ -103,8 +101,7 @@ class Database:
         return db.connect(self.url)
 
     def drop(self) -> None:
-        with psycopg.connect(self.server_url, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")  # type: ignore[arg-type]
+        self._dropped.close()
 
 
 @contextmanager

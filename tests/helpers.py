@@ -1,4 +1,4 @@
-"""Shared test data and CLI runners."""
+"""Shared test data, CLI runners and throwaway databases (importable from every tier)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,17 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import psycopg
 from click.testing import CliRunner, Result
 from pgvector import Vector
+from psycopg import sql
 
 from pgembed.catalog import registry
 from pgembed.catalog.registry import ModelSpec
@@ -31,6 +34,38 @@ REVIEWS = [
     (7, "Baked an apple pie with these, the fruit held its shape."),
     (8, "Customer service never answered my emails."),
 ]
+
+
+def with_database(url: str, dbname: str) -> str:
+    """`url` with its database name replaced."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{dbname}"))
+
+
+def database_name(url: str) -> str:
+    return urlsplit(url).path.lstrip("/")
+
+
+@contextmanager
+def database(server_url: str, prefix: str, template: str | None = None) -> Iterator[str]:
+    """A new database `<prefix>_<random>` on the server (a copy of database `template` if given):
+    its URL. Dropped on the way out, WITH (FORCE), so connections left open do not keep it.
+
+    Every test database is made here: the per-test fixtures, the session templates they copy,
+    and bench/env.py's benchmark database.
+    """
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template is not None:
+        create = sql.SQL("{} TEMPLATE {}").format(create, sql.Identifier(template))
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(create)
+    try:
+        yield with_database(server_url, name)
+    finally:
+        drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(drop)
 
 
 def cli(*args: str) -> Result:

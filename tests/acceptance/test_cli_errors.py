@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import psycopg
 import pytest
 
-from helpers import run_cli
+from helpers import cli, run_cli
+from pgembed.encode import hardware
+from pgembed.errors import ConfigError, UsageError
 
 
 def assert_one_line_error(result: object, code: int, fragment: str) -> None:
@@ -77,3 +82,38 @@ def test_usage_errors_exit_2() -> None:
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert run_cli("model", "add", "x").returncode == 2
+
+
+def test_bad_filter_from_the_real_executable(shop_url: str) -> None:
+    proc = run_cli(
+        "--database-url", shop_url, "query", "x", "--model", "minilm", "--filter", "{'a': 1}"
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("pgembed: error: --filter is not valid JSON")
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    with psycopg.connect(shop_url) as conn:
+        assert conn.execute("SELECT count(*) FROM reviews").fetchone() == (324,)
+
+
+def test_device_auto_is_cpu_here_and_cuda_without_a_gpu_is_one_line(db_url: str) -> None:
+    gpu = hardware.cuda_available()
+    assert hardware.resolve_device("auto") == ("cuda" if gpu else "cpu")
+    assert hardware.resolve_device("cpu") == "cpu"
+    with pytest.raises(UsageError, match="invalid device 'tpu'"):
+        hardware.resolve_device("tpu")
+    if gpu:
+        assert hardware.resolve_device("cuda") == "cuda"
+        return
+    with pytest.raises(ConfigError, match="no CUDA GPU"):
+        hardware.resolve_device("cuda")
+    result = subprocess.run(
+        [sys.executable, "-m", "pgembed", "--database-url", db_url, "sync", "--once",
+         "--device", "cuda"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "pgembed: error: --device cuda: no CUDA GPU is visible to torch on this machine"
+    )
+    bad = cli("--database-url", db_url, "sync", "--once", "--device", "tpu")
+    assert bad.exit_code == 2

@@ -6,20 +6,23 @@ import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 
 import psycopg
 import pytest
-from conftest import restart_server, with_database
+
 from daemon_helpers import (
     assert_every_vector_matches_its_text,
     embedded_count,
     fill,
+    restart_server,
     start_sync,
     wait_for,
 )
-
-from helpers import cli
+from helpers import cli, with_database
+from pgembed.catalog import registry
 from pgembed.lifecycle import models
 
 
@@ -95,7 +98,7 @@ def test_three_workers_split_the_work_without_embedding_a_row_twice(
     assert [p.returncode for p in workers] == [0, 0, 0]
     written, batches_by = watched.execute(
         "SELECT sum(rows), count(DISTINCT worker_id) FROM pgembed.batches"
-    ).fetchone()
+    ).fetchone() or (None, None)
     assert written == 600  # every row written exactly once
     assert batches_by >= 2
     assert_every_vector_matches_its_text(watched)
@@ -199,3 +202,39 @@ def test_a_model_added_while_a_backlog_drains_is_served_at_once(
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
     assert proc.returncode == 0
+
+
+def test_daemon_wakes_on_notify_and_exits_zero_on_sigterm(
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgembed", "--database-url", db_url, "sync", "--poll-seconds", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            done = reviews.execute("SELECT count(embedding_minilm) FROM reviews").fetchone()
+            if done == (8,):
+                break
+            time.sleep(0.2)
+        assert done == (8,)
+        # With a 60 s poll, only the NOTIFY can make this insert searchable quickly.
+        reviews.execute("INSERT INTO reviews VALUES (70, 'woken by notify', 1)")
+        inserted = time.monotonic()
+        while time.monotonic() - inserted < 20:
+            if reviews.execute(
+                "SELECT embedding_minilm IS NOT NULL FROM reviews WHERE id = 70"
+            ).fetchone() == (True,):
+                break
+            time.sleep(0.1)
+        assert time.monotonic() - inserted < 20
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert "rows_per_second=" in stderr  # one INFO line per batch

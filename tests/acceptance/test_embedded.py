@@ -37,7 +37,9 @@ def test_processes_share_one_embedded_server_and_data_persists(tmp_path: Path) -
     env = {**os.environ, "PGEMBED_HOME": str(home)}
     env.pop("PGEMBED_DATABASE_URL", None)
     env.pop("DATABASE_URL", None)
-    run = lambda *a: run_cli(*a, env=env)  # noqa: E731
+
+    def run(*a: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(*a, env=env)
 
     assert run("migrate").returncode == 0
     assert postmaster_pid(home) is None  # the last holder exited, so the server stopped

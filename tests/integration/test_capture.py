@@ -62,7 +62,9 @@ def test_text_update_enqueues_and_stops_serving_the_old_vector(watched: psycopg.
     watched.execute("UPDATE reviews SET embedding_minilm = array_fill(0.1, ARRAY[384])::vector")
     watched.execute("UPDATE reviews SET body = 'completely different' WHERE id = 2")
     assert queued(watched) == ["2"]
-    rows = dict(watched.execute("SELECT id, embedding_minilm IS NULL FROM reviews").fetchall())
+    rows: dict[int, bool] = dict(
+        watched.execute("SELECT id, embedding_minilm IS NULL FROM reviews").fetchall()
+    )
     assert rows[2] is True
     assert not any(v for k, v in rows.items() if k != 2)
 

@@ -12,7 +12,7 @@ from helpers import cli
 from pgembed import loader
 from pgembed.lifecycle import models
 
-BEIR = [
+BEIR: list[dict[str, object]] = [
     {"_id": "1", "title": "Aspirin", "text": "Aspirin thins the blood.", "metadata": {}},
     {"_id": "2", "title": "", "text": "No title here.", "metadata": {"year": 2020}},
     {"_id": "3", "title": "Only a title", "text": "", "metadata": {}},

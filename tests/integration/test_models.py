@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -15,10 +16,10 @@ from pgembed.errors import ModelLoadError, NotFoundError, UsageError
 from pgembed.lifecycle import models
 
 
-def add(conn: psycopg.Connection, name: str = "minilm", **kw: object) -> registry.ModelSpec:
+def add(conn: psycopg.Connection, name: str = "minilm", **kw: Any) -> registry.ModelSpec:
     request = models.AddRequest(
         name=name, table=str(kw.pop("table", "reviews")), column=str(kw.pop("column", "body")), **kw
-    )  # type: ignore[arg-type]
+    )
     return models.add(conn, request)[0]
 
 
@@ -147,7 +148,7 @@ def test_key_defaults_to_primary_key_and_table_without_one_is_refused(
 def test_hostile_identifiers_are_refused(
     reviews: psycopg.Connection, field: str, value: str
 ) -> None:
-    kwargs: dict[str, str] = {"name": "minilm", "table": "reviews", "column": "body", field: value}
+    kwargs: dict[str, Any] = {"name": "minilm", "table": "reviews", "column": "body", field: value}
     with pytest.raises(UsageError, match="invalid"):
         models.add(reviews, models.AddRequest(**kwargs))
     assert reviews.execute("SELECT count(*) FROM reviews").fetchone() == (8,)
@@ -172,12 +173,6 @@ def test_unloadable_model_ref_changes_nothing(reviews: psycopg.Connection) -> No
         add(reviews, model_ref="some-org/some-model")
     assert "embedding_minilm" not in columns(reviews)
     assert reviews.execute("SELECT count(*) FROM pgembed.models").fetchone() == (0,)
-
-
-def test_local_directory_and_hub_alias_resolve_to_the_same_weights() -> None:
-    path = embedder.resolve("all-MiniLM-L6-v2")
-    assert embedder.resolve("sentence-transformers/all-MiniLM-L6-v2") == path
-    assert embedder.resolve(path) == path
 
 
 def test_list_and_remove(reviews: psycopg.Connection, db_url: str) -> None:

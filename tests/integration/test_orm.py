@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,12 +12,9 @@ from alembic.migration import MigrationContext
 from pgvector.sqlalchemy import Vector
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from pgembed import db
 from pgembed.contrib import sqlalchemy as orm
 from pgembed.errors import NotFoundError, UsageError
 from pgembed.search import helpers
-
-ROOT = Path(__file__).parent.parent
 
 
 class Base(DeclarativeBase):
@@ -235,26 +227,3 @@ def test_alembic_autogenerate_leaves_pgembed_alone(shop_url: str) -> None:
         )
         == []
     )
-
-
-def test_the_orm_example_runs_end_to_end(db_url: str) -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "orm_app.py"), db_url],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout's pgembed
-        cwd=ROOT,
-    )
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[0] == "synced: 8 reviews embedded"
-    hit = re.compile(r"^  (\d\.\d{3}) id=(\d+) rating=(\d) ")
-    nearest = [m.groups() for m in map(hit.match, lines[2:5]) if m]
-    similar = [m.groups() for m in map(hit.match, lines[6:9]) if m]
-    assert len(nearest) == len(similar) == 3
-    assert nearest[0][1] == "2"  # "Battery life is outstanding"
-    assert all(int(rating) >= 4 for _, _, rating in nearest)
-    assert "1" not in {key for _, key, _ in similar}
-    with db.connection(db_url) as conn:
-        assert conn.execute("SELECT count(embedding_minilm) FROM app_reviews").fetchone() == (8,)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import psycopg
-import pytest
-from daemon_helpers import assert_every_vector_matches_its_text, fill
 
+from daemon_helpers import assert_every_vector_matches_its_text, fill
 from helpers import run_batch
 from pgembed.catalog import registry
 from pgembed.encode import batches, embedder
@@ -14,12 +13,6 @@ from pgembed.lifecycle import models
 from pgembed.sync import batch, worker
 
 MINILM = embedder.Settings("all-MiniLM-L6-v2")
-
-
-@pytest.fixture
-def spec(reviews: psycopg.Connection) -> registry.ModelSpec:
-    request = models.AddRequest("minilm", "reviews", "body", precision="fp32")
-    return models.add(reviews, request)[0]
 
 
 def demo_texts() -> list[str]:
@@ -59,16 +52,6 @@ def test_sorting_by_tokens_pads_less_than_by_characters() -> None:
     # characters, 6031 unsorted, against 7217 real ones.
     assert 2 * pads["tokens"] < pads["chars"] < pads["unsorted"] / 2
     assert pads["tokens"] / sum(tokens) < 0.1, pads
-
-
-def test_plan_covers_every_text_once_longest_first() -> None:
-    lengths = [5, 40, 12, 40, 7, 33, 9]
-    planned = batches.plan(lengths, 3)
-    assert sorted(int(i) for b in planned for i in b) == list(range(len(lengths)))
-    assert [len(b) for b in planned] == [3, 3, 1]
-    assert [lengths[int(i)] for b in planned for i in b] == sorted(lengths, reverse=True)
-    with pytest.raises(ValueError):
-        batches.plan(lengths, 0)
 
 
 def test_sorted_encoding_returns_vectors_in_input_order() -> None:
@@ -120,7 +103,7 @@ def test_text_changed_while_its_batch_is_in_flight_never_keeps_a_stale_vector(
     assert stats.skipped >= 4
     assert stats.written + stats.skipped == 48 + len(changed)
     assert_every_vector_matches_its_text(reviews)
-    bodies = dict(reviews.execute("SELECT id::text, body FROM reviews").fetchall())
+    bodies: dict[str, str] = dict(reviews.execute("SELECT id::text, body FROM reviews").fetchall())
     assert all(bodies[k] == f"edited {k}" for k in changed)
 
 

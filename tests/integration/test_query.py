@@ -56,7 +56,9 @@ def test_query_embeds_with_the_models_settings(
 ) -> None:
     hits = helpers.query(reviews, synced, "noisy train", k=8)
     want = embedder.get(embedder.Settings("all-MiniLM-L6-v2")).encode_queries(["noisy train"])[0]
-    stored = dict(reviews.execute("SELECT id::text, embedding_minilm FROM reviews").fetchall())
+    stored: dict[str, Vector] = dict(
+        reviews.execute("SELECT id::text, embedding_minilm FROM reviews").fetchall()
+    )
     for hit in hits:
         assert hit.similarity == pytest.approx(float(stored[hit.key].to_numpy() @ want), abs=1e-5)
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 
-import psycopg
-
-from helpers import cli, run_cli
+from helpers import cli
 from pgembed import db
 
 
@@ -77,14 +75,3 @@ def test_usage_errors_are_one_line_exit_2(shop_url: str) -> None:
     )
     missing = cli("--database-url", shop_url, "query", "--model", "minilm", "--similar-to", "99999")
     assert missing.exit_code == 1 and "no row with id" in missing.output
-
-
-def test_bad_filter_from_the_real_executable(shop_url: str) -> None:
-    proc = run_cli(
-        "--database-url", shop_url, "query", "x", "--model", "minilm", "--filter", "{'a': 1}"
-    )
-    assert proc.returncode == 2
-    assert proc.stderr.startswith("pgembed: error: --filter is not valid JSON")
-    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
-    with psycopg.connect(shop_url) as conn:
-        assert conn.execute("SELECT count(*) FROM reviews").fetchone() == (324,)

@@ -1,11 +1,9 @@
-"""Online reindex: shadow fill, atomic switch, searches during it, resume, stale workers."""
+"""Online reindex: shadow fill, atomic switch, searches during it, stale workers (a killed one
+resuming: acceptance/test_reindex_killed.py)."""
 
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,24 +21,7 @@ from pgembed.encode import embedder
 from pgembed.lifecycle import indexbuild, models, reindex
 from pgembed.search import helpers
 from pgembed.sync import batch, worker
-
-SUBJECTS = ["battery", "charger", "screen", "speaker", "keyboard", "camera", "headset", "parcel"]
-VERDICTS = [
-    "died after one week of light use",
-    "works perfectly and I would buy it again",
-    "is far too expensive for what you get",
-    "feels cheap and rattles when you shake it",
-    "exceeded every expectation I had",
-]
-TEXTS = {
-    i + 1: f"The {s} {v}." for i, (s, v) in enumerate((s, v) for s in SUBJECTS for v in VERDICTS)
-}
-
-
-def make_table(conn: psycopg.Connection, texts: dict[int, str]) -> None:
-    conn.execute("CREATE TABLE docs (id integer PRIMARY KEY, body text, stars integer)")
-    with conn.cursor() as cur:
-        cur.executemany("INSERT INTO docs VALUES (%s, %s, 3)", list(texts.items()))
+from reindex_helpers import TEXTS, assert_vectors, encode, make_table, stored
 
 
 @pytest.fixture
@@ -51,24 +32,6 @@ def synced(conn: psycopg.Connection, db_url: str) -> registry.ModelSpec:
     spec = models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))[0]
     worker.Worker(db_url, worker.Options(once=True)).run()
     return spec
-
-
-def encode(texts: list[str], **settings: object) -> np.ndarray:
-    return embedder.get(embedder.Settings("all-MiniLM-L6-v2", **settings)).encode_documents(  # type: ignore[arg-type]
-        texts
-    )
-
-
-def stored(conn: psycopg.Connection, column: str = "embedding_minilm") -> dict[int, np.ndarray]:
-    rows = conn.execute(f"SELECT id, {column} FROM docs WHERE {column} IS NOT NULL").fetchall()
-    return {key: vec.to_numpy() for key, vec in rows}
-
-
-def assert_vectors(conn: psycopg.Connection, texts: dict[int, str], **settings: object) -> None:
-    got = stored(conn)
-    assert sorted(got) == sorted(texts)
-    want = encode([texts[k] for k in sorted(texts)], **settings)
-    np.testing.assert_allclose(np.stack([got[k] for k in sorted(texts)]), want, atol=1e-5)
 
 
 def objects(conn: psycopg.Connection) -> tuple[set[str], set[str], set[str]]:
@@ -224,61 +187,6 @@ def test_searches_never_fail_or_mix_and_changes_land_in_the_new_version(
     assert conn.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
 
 
-@pytest.fixture
-def many(conn: psycopg.Connection, db_url: str) -> None:
-    """120 short rows embedded by `minilm`: enough for a reindex to be caught half-way."""
-    texts = {i: f"Row {i}: {TEXTS[i % 40 + 1]}" for i in range(1, 121)}
-    make_table(conn, texts)
-    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
-    worker.Worker(db_url, worker.Options(once=True, claim_size=64)).run()
-
-
-def test_killed_reindex_resumes_and_status_shows_it(
-    many: None, conn: psycopg.Connection, db_url: str
-) -> None:
-    args = ["--database-url", db_url, "model", "alter", "minilm", "--pooling", "max"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pgembed", *args, "--batch-size", "2", "--lease-seconds", "3"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        embedded = 0
-        while embedded < 10 and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-            try:
-                row = conn.execute("SELECT count(embedding_minilm__next) FROM docs").fetchone()
-                embedded = row[0] if row else 0
-            except psycopg.errors.UndefinedColumn:
-                pass
-        assert proc.poll() is None, proc.communicate()
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.communicate(timeout=30)  # reaps it and closes the pipes
-    (status,) = json.loads(cli("--database-url", db_url, "status", "--json").output)
-    progress = status["reindex"]
-    assert progress["version"] == 2 and progress["pooling"] == "max"
-    assert 10 <= progress["rows_embedded"] < progress["rows_total"] == 120
-    assert progress["queued"] == 120 - progress["rows_embedded"]
-    assert status["rows_embedded"] == 120 and status["pooling"] == "mean"  # still serving v1
-    text = cli("--database-url", db_url, "status").output
-    assert (
-        "reindex to version 2 in progress" in text
-        and f"embedded {progress['rows_embedded']}/120" in text
-    )
-
-    # The rerun picks up the shadow with its queue (waiting out the killed run's lease).
-    again = cli("--database-url", db_url, "reindex", "minilm", "--lease-seconds", "3")
-    assert again.exit_code == 0, again.output
-    assert "version 2" in again.output
-    texts = dict(conn.execute("SELECT id, body FROM docs").fetchall())
-    assert_vectors(conn, texts, pooling="max")
-    (status,) = json.loads(cli("--database-url", db_url, "status", "--json").output)
-    assert status["reindex"] is None and status["pooling"] == "max" and status["version"] == 2
-
-
 def test_second_alter_is_refused_abort_drops_the_shadow(
     synced: registry.ModelSpec, conn: psycopg.Connection, db_url: str
 ) -> None:
@@ -425,7 +333,7 @@ def test_index_build_reports_progress(
             "INSERT INTO docs (id, body, embedding_minilm) VALUES (%s, 'x', %s)",
             [(1000 + i, Vector(v)) for i, v in enumerate(vectors)],
         )
-    samples: list[indexbuild.Progress] = []
+    samples: list[indexbuild.BuildProgress] = []
     spec = registry.get(conn, "minilm")
     built = indexbuild.build(
         db_url,

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import difflib
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 from psycopg.rows import TupleRow
 
 import pgembed
+from helpers import database
 from pgembed import db, migrate
 
 Conn = psycopg.Connection[TupleRow]
@@ -36,12 +35,8 @@ def schema_files() -> list[Path]:
 @pytest.fixture
 def other_empty_db_url(server_url: str) -> Iterator[str]:
     """A second fresh database without the pgembed schema (empty_db_url gives the first)."""
-    name = f"e_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}".encode())
-    yield urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)".encode())
+    with database(server_url, "e") as url:
+        yield url
 
 
 # --- A normalised description of schema pgembed: object -> its definition, as text ------------

@@ -1,0 +1,72 @@
+"""A reindex killed half-way (SIGKILL of the real process) resumes where it stopped."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+
+from helpers import cli
+from pgembed.lifecycle import models
+from pgembed.sync import worker
+from reindex_helpers import TEXTS, assert_vectors, make_table
+
+
+@pytest.fixture
+def many(conn: psycopg.Connection, db_url: str) -> None:
+    """120 short rows embedded by `minilm`: enough for a reindex to be caught half-way."""
+    texts = {i: f"Row {i}: {TEXTS[i % 40 + 1]}" for i in range(1, 121)}
+    make_table(conn, texts)
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+    worker.Worker(db_url, worker.Options(once=True, claim_size=64)).run()
+
+
+def test_killed_reindex_resumes_and_status_shows_it(
+    many: None, conn: psycopg.Connection, db_url: str
+) -> None:
+    args = ["--database-url", db_url, "model", "alter", "minilm", "--pooling", "max"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgembed", *args, "--batch-size", "2", "--lease-seconds", "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        embedded = 0
+        while embedded < 10 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+            try:
+                row = conn.execute("SELECT count(embedding_minilm__next) FROM docs").fetchone()
+                embedded = row[0] if row else 0
+            except psycopg.errors.UndefinedColumn:
+                pass
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)  # reaps it and closes the pipes
+    (status,) = json.loads(cli("--database-url", db_url, "status", "--json").output)
+    progress = status["reindex"]
+    assert progress["version"] == 2 and progress["pooling"] == "max"
+    assert 10 <= progress["rows_embedded"] < progress["rows_total"] == 120
+    assert progress["queued"] == 120 - progress["rows_embedded"]
+    assert status["rows_embedded"] == 120 and status["pooling"] == "mean"  # still serving v1
+    text = cli("--database-url", db_url, "status").output
+    assert (
+        "reindex to version 2 in progress" in text
+        and f"embedded {progress['rows_embedded']}/120" in text
+    )
+
+    # The rerun picks up the shadow with its queue (waiting out the killed run's lease).
+    again = cli("--database-url", db_url, "reindex", "minilm", "--lease-seconds", "3")
+    assert again.exit_code == 0, again.output
+    assert "version 2" in again.output
+    texts: dict[int, str] = dict(conn.execute("SELECT id, body FROM docs").fetchall())
+    assert_vectors(conn, texts, pooling="max")
+    (status,) = json.loads(cli("--database-url", db_url, "status", "--json").output)
+    assert status["reindex"] is None and status["pooling"] == "max" and status["version"] == 2

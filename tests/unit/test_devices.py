@@ -1,0 +1,52 @@
+"""Devices and precisions without a model: the CPU's bf16, torch threads, which precision runs
+where, refused precisions."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pgembed.encode import convert, hardware, precision
+from pgembed.errors import ModelLoadError
+
+
+def test_native_bf16_is_what_torch_and_the_kernel_report() -> None:
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+    kernel_says = bool(flags & {"avx512_bf16", "amx_bf16"})
+    assert hardware.cpu_has_native_bf16() == kernel_says
+    # This development machine: AMD EPYC with AVX2 only (no AVX-512), so no native bf16.
+    if "avx512f" not in flags:
+        assert hardware.cpu_capability() in {"AVX2", "DEFAULT"}
+        assert not hardware.cpu_has_native_bf16()
+
+
+def test_precision_on_each_device() -> None:
+    assert precision.on_device("bf16", "auto", "cpu") == "bf16"
+    assert precision.on_device("int8", "int8", "cpu") == "int8"
+    assert precision.on_device("fp16", "auto", "cpu") == "fp32"  # CPUs only emulate fp16
+    assert precision.on_device("fp32", "fp32", "cuda") == "fp32"
+    assert precision.on_device("int8", "int8", "cuda") == "fp32"  # dynamic int8 is CPU-only
+
+
+def test_worker_uses_one_torch_thread_per_core_it_is_given() -> None:
+    code = (
+        "import os, torch; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from pgembed.encode import hardware; "
+        "print(hardware.use_all_cores(), torch.get_num_threads())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    assert out.split() == ["1", "1"]
+    assert hardware.cores() == len(os.sched_getaffinity(0))
+
+
+def test_int8_is_cpu_only_and_unknown_precisions_are_refused() -> None:
+    with pytest.raises(ModelLoadError, match="runs only on the CPU"):
+        convert.apply(object(), "int8", "cuda")
+    with pytest.raises(ModelLoadError, match="unknown precision 'fp8'"):
+        convert.apply(object(), "fp8", "cpu")
