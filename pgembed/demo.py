@@ -1,20 +1,27 @@
-"""`pgembed demo`: a sample reviews table, two poolings of one checkpoint, answers side by side."""
+"""`pgembed demo`: sample reviews, two poolings of one checkpoint, answers side by side.
+
+Everything it makes has a name of its own, so it never meets a user's tables or models: the
+table pgembed_demo.reviews (in a schema of its own) and the models demo_mean and demo_cls.
+Running it again adds nothing; `--reset` removes exactly what it made.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import psycopg
+from psycopg import sql
 
 from pgembed import db, migrate, samples
 from pgembed.catalog import registry
 from pgembed.cli.progress import progress_bar
+from pgembed.errors import UsageError
 from pgembed.lifecycle import models
 from pgembed.search import helpers
 from pgembed.sync import store, worker
 
-TABLE = "reviews"
-MODELS = (("minilm", "mean"), ("minilm_cls", "cls"))
+SCHEMA, TABLE = "pgembed_demo", "reviews"
+MODELS = (("demo_mean", "mean"), ("demo_cls", "cls"))
 QUERIES = (
     "phone dies before the end of the day",
     "crisp sweet fruit",
@@ -23,40 +30,19 @@ QUERIES = (
     "blocks out noise on the train",
 )
 
-_CREATE = """
-CREATE TABLE IF NOT EXISTS reviews (
-    id       integer PRIMARY KEY,
-    product  text NOT NULL,
-    category text NOT NULL,
-    rating   integer NOT NULL CHECK (rating BETWEEN 1 AND 5),
-    text     text NOT NULL
-)
-"""
-
-
-def load(conn: psycopg.Connection) -> int:
-    """Create and fill the table; rows already there are left alone. Returns rows inserted."""
-    with conn.transaction():
-        conn.execute(_CREATE)
-        with conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO reviews (id, product, category, rating, text) "
-                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
-                samples.reviews(),
-            )
-            return cur.rowcount
-
 
 def run(url: str, echo: Callable[[str], None]) -> None:
     with db.connection(url) as conn:
         for migration in migrate.migrate(conn):
             echo(f"applied migration {migration.filename}")
     with db.connection(url) as conn:  # reconnect: pgvector's types exist now
-        inserted = load(conn)
-        echo(f"reviews table: {inserted} sample rows inserted")
+        _refuse_foreign_models(conn)
+        inserted = samples.load(conn, SCHEMA, TABLE)
+        echo(f"{SCHEMA}.{TABLE}: {inserted} sample rows inserted")
         for name, pooling in MODELS:
             if not registry.exists(conn, name):
-                models.add(conn, models.AddRequest(name, TABLE, "text", pooling=pooling))
+                request = models.AddRequest(name, f"{SCHEMA}.{TABLE}", "text", pooling=pooling)
+                models.add(conn, request)
                 echo(f"added model {name} (all-MiniLM-L6-v2, {pooling} pooling)")
         total = store.queued_count(conn, [name for name, _ in MODELS])
     with progress_bar(total, "embedding") as advance:
@@ -68,15 +54,47 @@ def run(url: str, echo: Callable[[str], None]) -> None:
         for text in QUERIES:
             echo(f'query: "{text}"')
             columns = [helpers.query(conn, spec, text, k=3) for spec in specs]
-            echo(f"  {'minilm (mean pooling)':<58}  minilm_cls (CLS pooling)")
+            echo(f"  {'demo_mean (mean pooling)':<58}  demo_cls (CLS pooling)")
             for mean_hit, cls_hit in zip(*columns, strict=False):
                 echo(f"  {_cell(mean_hit)}  {_cell(cls_hit)}")
             echo("")
     echo(
         "Mean pooling is what all-MiniLM-L6-v2 was trained for; a BERT [CLS] vector of the same "
         'checkpoint ranks by surface features.\nTry: pgembed query "battery drains fast" '
-        "--model minilm"
+        "--model demo_mean   (remove the demo with: pgembed demo --reset)"
     )
+
+
+def reset(url: str, echo: Callable[[str], None]) -> None:
+    """Remove the demo's models, table and schema; nothing else. A schema the user has put
+    other objects into is left in place, and said so."""
+    with db.connection(url) as conn:
+        migrate.require_current(conn)
+        _refuse_foreign_models(conn)
+        for name, _ in MODELS:
+            if registry.exists(conn, name):
+                models.remove(conn, name)
+                echo(f"removed model {name}")
+        with conn.transaction():
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(SCHEMA, TABLE)))
+        try:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {}").format(sql.Identifier(SCHEMA)))
+        except psycopg.errors.DependentObjectsStillExist:
+            echo(f"kept schema {SCHEMA}: it holds objects the demo did not make")
+            return
+    echo(f"dropped {SCHEMA}.{TABLE}: the demo is gone")
+
+
+def _refuse_foreign_models(conn: psycopg.Connection) -> None:
+    """A model of the demo's name on another table is the user's: never touch it."""
+    for name, _ in MODELS:
+        if registry.exists(conn, name):
+            spec = registry.get(conn, name)
+            if (spec.table_schema, spec.table_name) != (SCHEMA, TABLE):
+                raise UsageError(
+                    f"model {name} belongs to {spec.qualified_table}, not the demo: rename or "
+                    "remove it to run the demo"
+                )
 
 
 def _cell(hit: helpers.Hit, width: int = 58) -> str:

@@ -85,12 +85,12 @@ def spec(reviews: psycopg.Connection) -> registry.ModelSpec:
 def shop_template(server_url: str, template_url: str) -> Iterator[str]:
     """Once per session: the 324 sample reviews (id, product, category, rating, text), embedded
     by model `minilm` (all-MiniLM-L6-v2, mean pooling) with its full-text index."""
-    from pgembed import demo
+    from pgembed import samples
     from pgembed.sync import worker
 
     with database(server_url, "pgembed_test_shop", template=database_name(template_url)) as url:
         with db.connection(url) as conn:
-            demo.load(conn)
+            samples.load(conn, "public", "reviews")
             models.add(conn, models.AddRequest("minilm", "reviews", "text", fulltext=True))
         worker.Worker(url, worker.Options(once=True)).run()
         with db.connection(url) as conn:

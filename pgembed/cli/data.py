@@ -63,9 +63,10 @@ def load_cmd(
 
 
 @click.command("demo")
+@click.option("--reset", is_flag=True, help="Remove what the demo made (its models and table).")
 @pass_app
-def demo_cmd(app: App) -> None:
-    """Load a sample `reviews` table, embed it with two poolings and compare their answers."""
+def demo_cmd(app: App, reset: bool) -> None:
+    """Embed sample reviews (pgembed_demo.reviews) with two poolings and compare their answers."""
     from pgembed import demo
 
-    demo.run(app.url, click.echo)
+    (demo.reset if reset else demo.run)(app.url, click.echo)

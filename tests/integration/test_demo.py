@@ -2,28 +2,33 @@ from __future__ import annotations
 
 import json
 
+import psycopg
+
 from helpers import cli
 from pgembed import db
+
+DEMO_COUNTS = (
+    "SELECT count(*), count(embedding_demo_mean), count(embedding_demo_cls) "
+    "FROM pgembed_demo.reviews"
+)
 
 
 def test_demo_runs_is_safe_to_run_twice_and_its_data_searches_well(db_url: str) -> None:
     first = cli("--database-url", db_url, "demo")
     assert first.exit_code == 0, first.output
     assert "324 sample rows inserted" in first.output
-    assert "added model minilm " in first.output and "added model minilm_cls " in first.output
+    assert "added model demo_mean " in first.output and "added model demo_cls " in first.output
     assert first.output.count('query: "') == 5
-    assert "minilm (mean pooling)" in first.output and "minilm_cls (CLS pooling)" in first.output
+    assert "demo_mean (mean pooling)" in first.output and "demo_cls (CLS pooling)" in first.output
     second = cli("--database-url", db_url, "demo")
     assert second.exit_code == 0, second.output
     assert "0 sample rows inserted" in second.output
     assert "added model" not in second.output
     with db.connection(db_url) as conn:
-        counts = conn.execute(
-            "SELECT count(*), count(embedding_minilm), count(embedding_minilm_cls) FROM reviews"
-        ).fetchone()
-        assert counts == (324, 324, 324)
+        assert conn.execute(DEMO_COUNTS).fetchone() == (324, 324, 324)
         assert conn.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
-        categories = dict(conn.execute("SELECT id::text, category FROM reviews").fetchall())
+        rows = conn.execute("SELECT id, category FROM pgembed_demo.reviews").fetchall()
+        categories = {int(key): category for key, category in rows}
     # The sample is meant to show semantic search: fruit queries find groceries, not gadgets.
     result = cli(
         "--database-url",
@@ -31,10 +36,52 @@ def test_demo_runs_is_safe_to_run_twice_and_its_data_searches_well(db_url: str) 
         "query",
         "crisp sweet apples to eat",
         "--model",
-        "minilm",
+        "demo_mean",
         "-k",
         "5",
         "--json",
     )
     hits = json.loads(result.output)
-    assert sum(categories[h["key"]] in ("groceries", "kitchen") for h in hits) >= 4
+    assert sum(categories[int(h["key"])] in ("groceries", "kitchen") for h in hits) >= 4
+
+
+def test_demo_leaves_the_tour_names_alone_and_reset_removes_only_what_it_made(
+    db_url: str,
+) -> None:
+    # The user's own `reviews` table and `minilm` model, as the README's tour makes them.
+    with db.connection(db_url) as conn:
+        conn.execute("CREATE TABLE reviews (id bigint PRIMARY KEY, body text NOT NULL)")
+        conn.execute("INSERT INTO reviews VALUES (1, 'The battery dies before lunch')")
+    added = cli("--database-url", db_url, "model", "add", "minilm", "--table", "reviews",
+                "--column", "body")  # fmt: skip
+    assert added.exit_code == 0, added.output
+    assert cli("--database-url", db_url, "demo").exit_code == 0
+    with db.connection(db_url) as conn:
+        conn.execute("CREATE TABLE pgembed_demo.notes (id int)")  # the user's, in the demo schema
+    reset = cli("--database-url", db_url, "demo", "--reset")
+    assert reset.exit_code == 0, reset.output
+    assert "removed model demo_mean" in reset.output and "removed model demo_cls" in reset.output
+    assert "kept schema pgembed_demo" in reset.output
+    with db.connection(db_url) as conn:
+        models = [r[0] for r in conn.execute("SELECT name FROM pgembed.models ORDER BY name")]
+        assert models == ["minilm"]
+        assert conn.execute("SELECT to_regclass('pgembed_demo.reviews')").fetchone() == (None,)
+        assert conn.execute("SELECT to_regclass('pgembed_demo.notes')").fetchone() != (None,)
+        assert conn.execute("SELECT count(*) FROM reviews").fetchone() == (1,)
+    again = cli("--database-url", db_url, "demo", "--reset")  # nothing left to remove
+    assert again.exit_code == 0, again.output
+    assert "removed model" not in again.output
+
+
+def test_demo_refuses_to_touch_a_users_model_of_its_name(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    conn.execute("CREATE TABLE notes (id int PRIMARY KEY, body text)")
+    added = cli("--database-url", db_url, "model", "add", "demo_mean", "--table", "notes",
+                "--column", "body")  # fmt: skip
+    assert added.exit_code == 0, added.output
+    for args in (("demo",), ("demo", "--reset")):
+        result = cli("--database-url", db_url, *args)
+        assert result.exit_code == 2, result.output
+        assert "model demo_mean belongs to public.notes, not the demo" in result.output
+    assert conn.execute("SELECT count(*) FROM pgembed.models").fetchone() == (1,)
