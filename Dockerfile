@@ -1,5 +1,6 @@
-# The pgembed sync worker. CPU-only torch, pinned: an unpinned torch pulls a multi-GB CUDA build.
-FROM python:3.11-slim
+# The pgembed sync worker (and CLI). CPU-only torch, pinned: PyPI's torch for Linux is the CUDA
+# build (several GB); for a GPU image, drop the --index-url option.
+FROM python:3.11.11-slim-bookworm
 
 ENV PIP_NO_CACHE_DIR=1 \
     PYTHONUNBUFFERED=1 \

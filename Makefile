@@ -9,11 +9,14 @@ STAMP := $(VENV)/.installed-stamp
 
 setup: $(STAMP)
 
-# torch is pinned and installed first: an unpinned torch would pull a multi-GB CUDA build.
+# torch is pinned and installed first, as the CPU build: PyPI's torch for Linux is the CUDA build
+# (several GB). For a GPU: make setup TORCH_INDEX=https://download.pytorch.org/whl/cu128
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q torch==2.13.0 --extra-index-url $(TORCH_INDEX)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
