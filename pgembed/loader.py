@@ -175,9 +175,7 @@ def _key(columns: Sequence[str], requested: str | None) -> str:
 def _create(
     conn: psycopg.Connection, schema: str, table: str, columns: Sequence[str], key: str
 ) -> bool:
-    if conn.execute(
-        "SELECT to_regclass(format('%%I.%%I', %s::text, %s::text))", (schema, table)
-    ).fetchone() != (None,):
+    if tables.exists(conn, schema, table):
         return False
     definition = sql.SQL(", ").join(
         sql.SQL("{} text{}").format(sql.Identifier(c), sql.SQL(" PRIMARY KEY" if c == key else ""))

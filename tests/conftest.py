@@ -33,7 +33,7 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from pgembed import embedded
 
     yield embedded.url()
-    stop_server()  # a restart leaves the wheel's handle unable to stop it
+    stop_server()  # after a restart the wheel's handle cannot stop the server itself
 
 
 @pytest.fixture(scope="session")

@@ -61,18 +61,25 @@ def assert_every_vector_matches_its_text(conn: psycopg.Connection) -> None:
     assert conn.execute("SELECT count(*) FROM pgembed.failures").fetchone() == (0,)
 
 
+_restarted: list[bool] = []
+
+
 def restart_server() -> bool:
     """Restart the embedded test server (fast shutdown, like a crash for clients).
 
     Returns False when the tests run against an external server, which they cannot restart. The
     wheel's handle still knows the old postmaster, so the session ends with `stop_server`.
     """
-    return _pg_ctl("restart")
+    restarted = _pg_ctl("restart")
+    _restarted.append(restarted)
+    return restarted
 
 
 def stop_server() -> None:
-    """Stop the embedded test server, restarted or not, at the end of the session."""
-    _pg_ctl("stop")
+    """At the end of the session, stop a server `restart_server` restarted (the wheel stops the
+    one it started itself)."""
+    if any(_restarted):
+        _pg_ctl("stop")
 
 
 def _pg_ctl(action: str) -> bool:

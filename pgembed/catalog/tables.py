@@ -36,6 +36,13 @@ def inspect(conn: psycopg.Connection, schema: str, name: str) -> TableInfo:
     return TableInfo(schema, name, columns, primary, unique)
 
 
+def exists(conn: psycopg.Connection, schema: str, name: str) -> bool:
+    """Whether schema.name is taken by any relation (a table, a view, ...)."""
+    query = sqlfiles.get("catalog", "relation_exists")
+    row = conn.execute(query, {"schema": schema, "name": name}).fetchone()
+    return bool(row and row[0])
+
+
 def key_column(info: TableInfo, requested: str | None) -> str:
     """The column that identifies a row: the one asked for, else the single-column primary key."""
     if requested is not None:

@@ -59,3 +59,8 @@ GROUP BY i.indexrelid, i.indisprimary;
 -- Whether an index is usable (false: an interrupted concurrent build left it invalid).
 SELECT indisvalid FROM pg_catalog.pg_index
 WHERE indexrelid = pg_catalog.to_regclass(pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text));
+
+-- name: relation_exists
+-- Whether schema.name is taken by any relation (table, view, ...).
+SELECT pg_catalog.to_regclass(pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text))
+    IS NOT NULL;

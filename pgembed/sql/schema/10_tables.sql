@@ -28,7 +28,7 @@ CREATE TABLE pgembed.models (
     text_column          text NOT NULL,
     embedding_column     text NOT NULL,
     model_ref            text NOT NULL,
-    model_revision       text,
+    model_revision       text,  -- unused (always NULL); kept so the table is unchanged
     pooling              text NOT NULL CHECK (pooling IN ('mean', 'cls', 'max')),
     normalize            boolean NOT NULL DEFAULT true,
     dimensions           integer NOT NULL CHECK (dimensions > 0),
@@ -39,7 +39,7 @@ CREATE TABLE pgembed.models (
     hnsw_ef_construction integer NOT NULL DEFAULT 64,
     -- hnsw.ef_search for this model's searches (`pgembed tune`); NULL: pgvector's default.
     ef_search            integer,
-    status               text NOT NULL DEFAULT 'active',
+    status               text NOT NULL DEFAULT 'active',  -- unused; shadow_of marks a reindex
     created_at           timestamptz NOT NULL DEFAULT now(),
     -- The version of the settings above (pgembed.model_versions). Since 0003.
     version              integer NOT NULL DEFAULT 1 CHECK (version > 0),
@@ -61,7 +61,7 @@ CREATE TABLE pgembed.model_versions (
     name                 text NOT NULL REFERENCES pgembed.models (name) ON DELETE CASCADE,
     version              integer NOT NULL,
     model_ref            text NOT NULL,
-    model_revision       text,
+    model_revision       text,  -- unused (always NULL)
     pooling              text NOT NULL,
     normalize            boolean NOT NULL,
     dimensions           integer NOT NULL,

@@ -3,7 +3,7 @@
 -- is the reader's reference, and tests/integration/test_schema.py checks that the migrations
 -- produce exactly these objects. Changes go in a new migration under migrations/ and here.
 --
--- Each model puts triggers on its source table (pgembed/catalog/ddl.py) that call these with
+-- Each model puts triggers on its source table (pgembed/capture.py) that call these with
 -- arguments (model, key column, text column[, embedding column]). User identifiers reach SQL
 -- here only through format('%I').
 
