@@ -1,7 +1,7 @@
 """The `pgembed` command line: thin click commands, one module per command group; the work
 happens in the packages they call."""
 
-from pgembed.cli import data, model, quality, query, reindex, status, sync
+from pgembed.cli import data, db, demo, model, quality, query, reindex, status, sync
 from pgembed.cli.app import App, main
 
 for _command in (
@@ -11,11 +11,12 @@ for _command in (
     query.query_cmd,
     status.status_cmd,
     sync.retry_cmd,
-    data.demo_cmd,
+    demo.demo_cmd,
     reindex.reindex_cmd,
     quality.eval_cmd,
     quality.tune_cmd,
     data.load_cmd,
+    db.db_group,
 ):
     main.add_command(_command)
 

@@ -1,17 +1,26 @@
-"""The root command: per-invocation state (App) and one line per error instead of a traceback."""
+"""The root command: per-invocation state (App), one line per error instead of a traceback,
+`--database-url` accepted after any subcommand too, and SIGTERM/SIGHUP taking the normal exit."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import FrameType
 from typing import Any, NoReturn
 
 import click
 import psycopg
 
-from pgembed import db, migrate
+from pgembed import config, db, migrate
 from pgembed.errors import PgembedError
+
+URL_HELP = (
+    "PostgreSQL URL. Default: $PGEMBED_DATABASE_URL, $DATABASE_URL, else the embedded server."
+)
 
 
 class App:
@@ -20,6 +29,23 @@ class App:
     def __init__(self, database_url: str | None) -> None:
         self._explicit = database_url
         self._url: str | None = None
+
+    def set_database_url(self, database_url: str) -> None:
+        """`--database-url` given again after a subcommand: the later one wins."""
+        self._explicit = database_url
+        self._url = None
+
+    @property
+    def explicit_url(self) -> str | None:
+        """The URL from the option or the environment, or None for the embedded server."""
+        return config.database_url(self._explicit)
+
+    @property
+    def url_source(self) -> str:
+        """Where the explicit URL comes from, for messages."""
+        if self._explicit:
+            return "--database-url"
+        return next((f"${var}" for var in config.URL_ENV_VARS if os.environ.get(var)), "")
 
     @property
     def url(self) -> str:
@@ -40,8 +66,37 @@ def fail(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
+def _late_url(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        app = ctx.find_object(App)
+        if app is not None:
+            app.set_database_url(value)
+
+
+def _accept_url_option(command: click.Command) -> None:
+    """Give `command` (and, for a group, every command in it) its own `--database-url`, so it
+    may follow the subcommand: `pgembed status --database-url URL`."""
+    if not any(p.name == "database_url" for p in command.params):
+        command.params.append(
+            click.Option(
+                ["--database-url"],
+                metavar="URL",
+                expose_value=False,
+                callback=_late_url,
+                help=URL_HELP,
+            )
+        )
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _accept_url_option(sub)
+
+
 class Group(click.Group):
     """Turns every pgembed, database and interrupt error into one line and an exit code."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        _accept_url_option(cmd)
+        super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -54,17 +109,31 @@ class Group(click.Group):
             fail("interrupted", 130)
 
 
+def exit_on_termination() -> None:
+    """SIGTERM and SIGHUP raise SystemExit: `finally` blocks and atexit run, so a holder of the
+    embedded server unregisters (and stops it when it was the last). A second signal while
+    exiting ends the process at once. A signal ignored by the parent (`nohup`) stays ignored;
+    a command may install its own handler afterwards (`pgembed sync` finishes its batch)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        signal.signal(signum, signal.SIG_DFL)
+        sys.exit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) == signal.SIG_DFL:
+            signal.signal(signum, handler)
+
+
 pass_app = click.make_pass_decorator(App)
 
 
 @click.group(cls=Group)
-@click.option(
-    "--database-url",
-    metavar="URL",
-    help="PostgreSQL URL. Default: $PGEMBED_DATABASE_URL, $DATABASE_URL, else the embedded server.",
-)
+@click.option("--database-url", metavar="URL", help=URL_HELP + " Also accepted after a command.")
 @click.version_option(package_name="pgembed")
 @click.pass_context
 def main(ctx: click.Context, database_url: str | None) -> None:
     """Keep pgvector embeddings of a table's text fresh and searchable."""
+    exit_on_termination()
     ctx.obj = App(database_url)

@@ -1,4 +1,4 @@
-"""Commands that put things into the database: migrate, load, demo."""
+"""Commands that put things into the database: migrate, load."""
 
 from __future__ import annotations
 
@@ -60,13 +60,3 @@ def load_cmd(
         f"{'created' if result.created else 'filled'} {result.table}: {result.read} records read, "
         f"{result.inserted} inserted, {result.skipped} skipped (key already there)"
     )
-
-
-@click.command("demo")
-@click.option("--reset", is_flag=True, help="Remove what the demo made (its models and table).")
-@pass_app
-def demo_cmd(app: App, reset: bool) -> None:
-    """Embed sample reviews (pgembed_demo.reviews) with two poolings and compare their answers."""
-    from pgembed import demo
-
-    (demo.reset if reset else demo.run)(app.url, click.echo)

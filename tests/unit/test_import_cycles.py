@@ -44,11 +44,24 @@ def graph() -> dict[str, set[str]]:
         targets: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import | ast.ImportFrom):
-                targets.update(
-                    t for t in imported(node, name, is_package, set(paths)) if t in paths
-                )
-        edges[name] = targets - {name}
+                found = imported(node, name, is_package, set(paths))
+                targets.update(t for t in found if t in paths)
+        edges[name] = (targets | _entered_packages(name, targets, set(paths))) - {name}
     return edges
+
+
+def _entered_packages(importer: str, targets: set[str], modules: set[str]) -> set[str]:
+    """Importing pkg.mod from outside pkg runs pkg/__init__ first: that is an import of it too.
+    (The top package is left out: every module is inside it, and its __init__ is the public
+    API, which imports the modules it exposes.)"""
+    entered = set()
+    for target in targets:
+        parts = target.split(".")
+        for depth in range(2, len(parts)):
+            package = ".".join(parts[:depth])
+            if package in modules and not importer.startswith(package + "."):
+                entered.add(package)
+    return entered
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -90,6 +103,14 @@ def test_the_package_has_no_import_cycle() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(edges) == [["a", "b", "c"]]
+
+
+def test_importing_into_a_subpackage_runs_its_init() -> None:
+    # cli/__init__ imports every command module: a core module that imported pgembed.cli.x
+    # would be in a cycle with the CLI.
+    edges = graph()
+    assert "pgembed.cli" in edges["pgembed.__main__"]
+    assert "pgembed.cli" not in edges["pgembed.cli.sync"]  # its own package is already running
 
 
 def test_the_graph_sees_deferred_imports() -> None:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import click
 import psycopg
 from psycopg import sql
 
 from pgembed import db, migrate, samples
 from pgembed.catalog import registry
+from pgembed.cli.app import App, pass_app
 from pgembed.cli.progress import progress_bar
 from pgembed.errors import UsageError
 from pgembed.lifecycle import models
@@ -29,6 +31,14 @@ QUERIES = (
     "package showed up late and damaged",
     "blocks out noise on the train",
 )
+
+
+@click.command("demo")
+@click.option("--reset", is_flag=True, help="Remove what the demo made (its models and table).")
+@pass_app
+def demo_cmd(app: App, reset: bool) -> None:
+    """Embed sample reviews (pgembed_demo.reviews) with two poolings and compare their answers."""
+    (reset_demo if reset else run)(app.url, click.echo)
 
 
 def run(url: str, echo: Callable[[str], None]) -> None:
@@ -65,7 +75,7 @@ def run(url: str, echo: Callable[[str], None]) -> None:
     )
 
 
-def reset(url: str, echo: Callable[[str], None]) -> None:
+def reset_demo(url: str, echo: Callable[[str], None]) -> None:
     """Remove the demo's models, table and schema; nothing else. A schema the user has put
     other objects into is left in place, and said so."""
     with db.connection(url) as conn:
