@@ -177,6 +177,12 @@ def inspect() -> State:
     )
 
 
+def running_url() -> str | None:
+    """The URL of the embedded server if it runs, without joining it."""
+    postmaster = _postmaster(data_dir())
+    return postmaster[1] if postmaster else None
+
+
 def _postmaster(pgdata: Path) -> tuple[int, str] | None:
     """(pid, URL) of the running server, from postmaster.pid, or None."""
     try:

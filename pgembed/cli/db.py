@@ -152,7 +152,8 @@ def db_hold() -> None:
 
 
 def _embedded_only(app: App, command: str) -> None:
-    if app.explicit_url:
+    # `export DATABASE_URL=$(pgembed db start)` names the embedded server itself: that is fine.
+    if app.explicit_url and app.explicit_url != embedded.running_url():
         raise UsageError(
             f"`pgembed db {command}` manages only the embedded server, but a database URL is set "
             f"({app.url_source}); pgembed neither starts nor stops that server"

@@ -241,3 +241,18 @@ def test_database_url_after_the_subcommand(home: Path, tmp_path: Path) -> None:
     finally:
         assert run(home, "db", "stop").returncode == 0
     assert postmaster_pid(home) is None
+
+
+def test_the_started_servers_own_url_in_the_environment_is_fine(home: Path) -> None:
+    # docs/database.md: export DATABASE_URL=$(pgembed db start); ...; pgembed db stop
+    url = run(home, "db", "start").stdout.strip()
+    assert url.startswith("postgresql://"), url
+    env = {**os.environ, "PGEMBED_HOME": str(home), "DATABASE_URL": url}
+    env.pop("PGEMBED_DATABASE_URL", None)
+    for args in (("db", "status"), ("db", "stop")):
+        done = subprocess.run(
+            [sys.executable, "-m", "pgembed", *args],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    assert postmaster_pid(home) is None
