@@ -1,11 +1,12 @@
 """A small application that maps its table with SQLAlchemy and searches it with
-pgembed.contrib.sqlalchemy.
+pgembed.contrib.sqlalchemy, using only pgembed's public API.
 
     python examples/orm_app.py postgresql://user@host:5432/dbname
 
 It creates its `app_reviews` table (as its own migrations would), registers the pgembed model
-`minilm` on the review text, embeds the rows, then asks two questions through the ORM.
-Safe to run again.
+`app_minilm` on the review text, embeds the rows, then asks two questions through the ORM.
+Safe to run again, and beside other pgembed models (the demo's, the README tour's `minilm`): the
+model has a name of its own, and `exist_ok=True` accepts it only on this table's column.
 """
 
 from __future__ import annotations
@@ -17,11 +18,10 @@ import sqlalchemy as sa
 from pgvector.sqlalchemy import Vector
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from pgembed import db, migrate
-from pgembed.catalog import registry
+import pgembed
 from pgembed.contrib import sqlalchemy as orm
-from pgembed.lifecycle import models
-from pgembed.sync import worker
+
+MODEL = "app_minilm"  # its vector column is embedding_app_minilm
 
 
 class Base(DeclarativeBase):
@@ -37,7 +37,7 @@ class Review(Base):
     body: Mapped[str]
     # Added and kept fresh by pgembed; mapped with pgvector's type, deferred so that loading a
     # Review never drags its 384 floats along.
-    embedding_minilm: Mapped[Any] = mapped_column(Vector(384), deferred=True, nullable=True)
+    embedding_app_minilm: Mapped[Any] = mapped_column(Vector(384), deferred=True, nullable=True)
 
 
 REVIEWS = [
@@ -70,18 +70,15 @@ def sqlalchemy_url(url: str) -> str:
 
 
 def setup(url: str, engine: sa.Engine) -> None:
-    with db.connection(url) as conn:
-        migrate.migrate(conn)
+    pgembed.migrate_schema(url)
     with engine.begin() as conn:
         conn.execute(sa.text(CREATE_TABLE))
-    with db.connection(url) as conn:
-        if not registry.exists(conn, "minilm"):
-            models.add(conn, models.AddRequest("minilm", "app_reviews", "body"))
+    pgembed.add_model(MODEL, "app_reviews", "body", exist_ok=True, database_url=url)
     with Session(engine) as session, session.begin():
         for key, product, rating, body in REVIEWS:
             session.merge(Review(id=key, product=product, rating=rating, body=body))
-    stats = worker.Worker(url, worker.Options(once=True)).run()
-    print(f"synced: {stats.written} reviews embedded")
+    result = pgembed.sync_once([MODEL], database_url=url)
+    print(f"synced: {result.written} reviews embedded")
 
 
 def main(url: str) -> None:
@@ -90,12 +87,12 @@ def main(url: str) -> None:
     with Session(engine) as session:
         print('nearest to "battery dies fast" among reviews rated 4 or more:')
         hits = orm.nearest(
-            session, Review, "minilm", "battery dies fast", k=3, where=Review.rating >= 4
+            session, Review, MODEL, "battery dies fast", k=3, where=Review.rating >= 4
         )
         for review, similarity in hits:
             print(f"  {similarity:.3f} id={review.id} rating={review.rating} {review.body}")
         print("reviews like review 1:")
-        for review, similarity in orm.similar_to(session, Review, "minilm", 1, k=3):
+        for review, similarity in orm.similar_to(session, Review, MODEL, 1, k=3):
             print(f"  {similarity:.3f} id={review.id} rating={review.rating} {review.body}")
     engine.dispose()
 
@@ -103,4 +100,7 @@ def main(url: str) -> None:
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit(f"usage: {sys.argv[0]} DATABASE_URL")
-    main(sys.argv[1])
+    try:
+        main(sys.argv[1])
+    except pgembed.PgembedError as exc:  # one line, e.g. a model of this name on another table
+        sys.exit(f"orm_app: {exc}")

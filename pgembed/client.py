@@ -1,41 +1,53 @@
 """`pgembed.Client`: search and embed from Python, with exactly the models' settings.
 
-The Client calls the same SQL helpers as plain SQL and the CLI (see `search`). Models are loaded
-once per process and shared by every Client and thread; repeated query texts hit an LRU cache.
+The Client runs the same search plans as the CLI (see `search/helpers.py`) on a pool of
+connections (psycopg_pool) that many threads share. Models are loaded once per process and shared
+by every Client and thread; repeated query texts hit an LRU cache. `AsyncClient`
+(`pgembed/aclient.py`) is the same for asyncio.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from types import TracebackType
+from typing import Any, TypeVar, Unpack
 
-import psycopg
+from psycopg_pool import ConnectionPool
 
-from pgembed import db, migrate
-from pgembed.catalog import registry
+from pgembed import api, db, defaults, migrate
+from pgembed.api import ModelOptions, SyncResult
+from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.encode.embedder import Vectors
 from pgembed.errors import UsageError
 from pgembed.lifecycle import models
+from pgembed.lifecycle import status as lifecycle_status
 from pgembed.search import helpers
 from pgembed.search.helpers import Filter, Hit, HybridHit
 
+_T = TypeVar("_T")
+
 
 class Client:
-    """A handle on one database. Thread-safe: each call borrows a connection of its own.
+    """A handle on one database. Thread-safe: share one Client between all threads.
 
     `database_url=None` resolves like the CLI: $PGEMBED_DATABASE_URL, $DATABASE_URL, else the
-    embedded server.
+    embedded server. Nothing connects until the first call; that call says at once if the
+    database cannot be reached or needs `pgembed migrate`. At most `max_connections` connections
+    are open; `close()` (or leaving a `with` block, or dropping the Client) closes them.
     """
 
-    def __init__(self, database_url: str | None = None) -> None:
+    def __init__(
+        self, database_url: str | None = None, *, max_connections: int = defaults.POOL_MAX_SIZE
+    ) -> None:
         self.url = db.resolve_url(database_url)
-        self._pool = db.Pool(self.url)
-        self._schema_checked = threading.Event()
-        # A Client dropped without close() still closes its connections.
+        self._pool = db.pool(self.url, max_connections)
+        self._lock = threading.Lock()
+        self._opened = False
+        self._closed = False
+        # A Client dropped without close() still closes its pool (and stops its threads).
         self._close = weakref.finalize(self, self._pool.close)
 
     def search(
@@ -48,23 +60,27 @@ class Client:
         ef_search: int | None = None,
     ) -> list[Hit]:
         """The k rows nearest to `text`, nearest first (pgembed.search)."""
-        with self._connection() as conn:
-            spec = registry.get(conn, model)
-            return helpers.query(conn, spec, text, k, filter, ef_search=ef_search)
+        return self._run(
+            helpers.by_name(
+                model, lambda spec: helpers.query_plan(spec, text, k, filter, ef_search=ef_search)
+            )
+        )
 
     def similar(
         self,
         model: str,
-        key: str | int,
+        key: object,
         k: int = 10,
         filter: Filter | None = None,
         *,
         ef_search: int | None = None,
     ) -> list[Hit]:
         """The k rows nearest to the row with this key, itself excluded (pgembed.similar)."""
-        with self._connection() as conn:
-            spec = registry.get(conn, model)
-            return helpers.similar(conn, spec, key, k, filter, ef_search=ef_search)
+        return self._run(
+            helpers.by_name(
+                model, lambda spec: helpers.similar_plan(spec, key, k, filter, ef_search=ef_search)
+            )
+        )
 
     def hybrid_search(
         self,
@@ -76,21 +92,39 @@ class Client:
         ef_search: int | None = None,
     ) -> list[HybridHit]:
         """Vector and full-text rankings of `text`, fused by rank (pgembed.hybrid_search)."""
-        with self._connection() as conn:
-            spec = registry.get(conn, model)
-            return helpers.hybrid(conn, spec, text, k, filter, ef_search=ef_search)
+        return self._run(
+            helpers.by_name(
+                model, lambda spec: helpers.hybrid_plan(spec, text, k, filter, ef_search=ef_search)
+            )
+        )
 
     def embed(self, model: str, texts: Sequence[str], *, queries: bool = False) -> Vectors:
         """Vectors (one row per text) exactly as the model embeds rows, or queries if `queries`."""
-        if isinstance(texts, str):
-            raise UsageError("embed() takes a list of texts, not one string")
-        with self._connection() as conn:
-            spec = registry.get(conn, model)
-        encoder = embedder.get(models.settings_of(spec))
-        texts = list(texts)
-        return encoder.encode_queries(texts) if queries else encoder.encode_documents(texts)
+        require_texts(texts)
+        return encode(self._run(helpers.spec_plan(model)), texts, queries)
+
+    def migrate_schema(self) -> list[str]:
+        """`pgembed.migrate_schema` on this Client's database."""
+        return api.migrate_schema(self.url)
+
+    def add_model(
+        self, name: str, table: str, column: str, **options: Unpack[ModelOptions]
+    ) -> ModelSpec:
+        """`pgembed.add_model` on this Client's database."""
+        return api.add_model(name, table, column, database_url=self.url, **options)
+
+    def sync_once(self, models: str | Sequence[str] | None = None) -> SyncResult:
+        """`pgembed.sync_once` on this Client's database."""
+        return api.sync_once(models, self.url)
+
+    def status(self) -> list[dict[str, Any]]:
+        """`pgembed.status` on this Client's database (through its pool)."""
+        with helpers.errors(), self._ready().connection() as conn:
+            return lifecycle_status.all_status(conn)
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
         self._close()
 
     def __enter__(self) -> Client:
@@ -104,10 +138,37 @@ class Client:
     ) -> None:
         self.close()
 
-    @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection]:
-        with helpers.errors(), self._pool.connection() as conn:
-            if not self._schema_checked.is_set():
-                migrate.require_current(conn)
-                self._schema_checked.set()
-            yield conn
+    def _run(self, plan: helpers.Plan[_T]) -> _T:
+        return helpers.execute(self._ready(), plan)
+
+    def _ready(self) -> ConnectionPool:
+        """The pool, opened on first use once a plain connection has shown that the database
+        answers and its schema is current (the pool itself would only retry in the background)."""
+        if self._opened and not self._closed:
+            return self._pool
+        with self._lock:
+            if self._closed:
+                raise UsageError("this Client is closed")
+            if not self._opened:
+                check_database(self.url)
+                self._pool.open()
+                self._opened = True
+        return self._pool
+
+
+def check_database(url: str) -> None:
+    """Connect once: a wrong URL, a server that is down, a schema to migrate: one clear error."""
+    with helpers.errors(), db.connection(url) as conn:
+        migrate.require_current(conn)
+
+
+def require_texts(texts: Sequence[str]) -> None:
+    if isinstance(texts, str):
+        raise UsageError("embed() takes a list of texts, not one string")
+
+
+def encode(spec: ModelSpec, texts: Sequence[str], queries: bool) -> Vectors:
+    """Texts embedded with every setting of the model: as its rows, or as queries."""
+    encoder = embedder.get(models.settings_of(spec))
+    texts = list(texts)
+    return encoder.encode_queries(texts) if queries else encoder.encode_documents(texts)

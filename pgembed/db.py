@@ -1,16 +1,17 @@
-"""Connections: URL resolution, pgvector's binary types, and errors a user can read."""
+"""Connections: URL resolution, pgvector's binary types, errors a user can read, and pools."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from typing import Any
 
 import psycopg
-from pgvector.psycopg import register_vector
+from pgvector.psycopg import register_vector, register_vector_async
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgembed import config, embedded
-from pgembed.errors import ConfigError, DatabaseError
+from pgembed import config, defaults, embedded
+from pgembed.errors import ConfigError, DatabaseError, UsageError
 
 APPLICATION_NAME = "pgembed"
 
@@ -23,9 +24,7 @@ def resolve_url(explicit: str | None = None) -> str:
 def connect(url: str, *, autocommit: bool = True, vector: bool = True) -> psycopg.Connection:
     """Open a connection; with `vector`, pgvector's types travel in binary."""
     try:
-        conn = psycopg.connect(
-            url, autocommit=autocommit, application_name=APPLICATION_NAME, connect_timeout=10
-        )
+        conn = psycopg.connect(url, **{**_connect_options(), "autocommit": autocommit})
     except psycopg.ProgrammingError as exc:
         raise ConfigError(f"malformed database URL {config.redact(url)!r}: {exc}") from None
     except psycopg.OperationalError as exc:
@@ -59,40 +58,47 @@ def describe(exc: psycopg.Error) -> DatabaseError:
     return DatabaseError(f"database error: {first_line(exc)}")
 
 
-class Pool:
-    """A few autocommit connections reused across calls and threads; no background threads.
+def pool(url: str, max_size: int = defaults.POOL_MAX_SIZE) -> ConnectionPool[psycopg.Connection]:
+    """A pool of autocommit connections with pgvector's types, shared by threads; not open yet.
 
-    Each caller gets a connection of its own; one left broken or inside a transaction is closed.
+    It keeps one connection, grows to `max_size` under load and shrinks back when idle; its
+    background threads start with `open()` and end with `close()`.
     """
+    check_pool_size(max_size)
+    return ConnectionPool(
+        url,
+        kwargs=_connect_options(),
+        min_size=1,
+        max_size=max_size,
+        open=False,
+        timeout=defaults.POOL_WAIT_SECONDS,
+        configure=register_vector,
+        name="pgembed",
+    )
 
-    def __init__(self, url: str, max_idle: int = 4) -> None:
-        self.url = url
-        self._max_idle = max_idle
-        self._idle: list[psycopg.Connection] = []
-        self._lock = threading.Lock()
 
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection]:
-        with self._lock:
-            conn = self._idle.pop() if self._idle else None
-        if conn is None or conn.closed:
-            conn = connect(self.url)
-        try:
-            yield conn
-        finally:
-            self._give_back(conn)
+def async_pool(
+    url: str, max_size: int = defaults.POOL_MAX_SIZE
+) -> AsyncConnectionPool[psycopg.AsyncConnection]:
+    """The same for asyncio: autocommit `psycopg.AsyncConnection`s with pgvector's types; opened
+    (inside the event loop) with `await pool.open()`."""
+    check_pool_size(max_size)
+    return AsyncConnectionPool(
+        url,
+        kwargs=_connect_options(),
+        min_size=1,
+        max_size=max_size,
+        open=False,
+        timeout=defaults.POOL_WAIT_SECONDS,
+        configure=register_vector_async,
+        name="pgembed-async",
+    )
 
-    def _give_back(self, conn: psycopg.Connection) -> None:
-        idle = psycopg.pq.TransactionStatus.IDLE
-        if not conn.closed and conn.info.transaction_status == idle:
-            with self._lock:
-                if len(self._idle) < self._max_idle:
-                    self._idle.append(conn)
-                    return
-        conn.close()
 
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+def check_pool_size(max_size: int) -> None:
+    if max_size < 1:
+        raise UsageError(f"max_connections must be at least 1, not {max_size}")
+
+
+def _connect_options() -> dict[str, Any]:
+    return {"autocommit": True, "application_name": APPLICATION_NAME, "connect_timeout": 10}

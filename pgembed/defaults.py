@@ -57,3 +57,11 @@ def batch_size(device: str) -> int:
 def claim_size(device: str) -> int:
     """Keys a sync worker claims at once on `device` (cpu or cuda)."""
     return CUDA_CLAIM_SIZE if device == "cuda" else CPU_CLAIM_SIZE
+
+
+# Connections a Client (or AsyncClient) opens at most: searches beyond it wait for one to free up.
+# A search holds a connection only while its statements run, never while a model loads or encodes.
+POOL_MAX_SIZE = 10
+# How long a call waits for a free pooled connection (or for the server to answer again) before
+# it fails with a DatabaseError: as long as a first connection may take (connect_timeout).
+POOL_WAIT_SECONDS = 10.0

@@ -52,18 +52,26 @@ class ModelSpec:
 
 _COLUMNS = [f.name for f in fields(ModelSpec)]
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM pgembed.models"
+# One model by name (parameter: the name), as dict rows; `found` turns the row into a spec. The
+# async client runs it on its own connections (see search/helpers.py).
+BY_NAME = _SELECT + " WHERE name = %s"
 
 
 def _spec(row: dict[str, Any]) -> ModelSpec:
     return ModelSpec(**row)
 
 
-def get(conn: psycopg.Connection, name: str) -> ModelSpec:
-    with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(_SELECT + " WHERE name = %s", (name,)).fetchone()
+def found(name: str, row: dict[str, Any] | None) -> ModelSpec:
+    """The spec of BY_NAME's row, or the error that says the model does not exist."""
     if row is None:
         raise NotFoundError(f"unknown model {name!r}: see `pgembed model list`")
     return _spec(row)
+
+
+def get(conn: psycopg.Connection, name: str) -> ModelSpec:
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(BY_NAME, (name,)).fetchone()
+    return found(name, row)
 
 
 def all_models(conn: psycopg.Connection) -> list[ModelSpec]:

@@ -1,14 +1,21 @@
 """Query text -> nearest rows, through the SQL helpers pgembed.search / similar / hybrid_search.
 
-SQL, the CLI and the Python Client share one code path: these functions embed the query with
+SQL, the CLI and the Python clients share one code path: these functions embed the query with
 exactly the model's settings and call the helpers, joining the rows' text in the same statement.
+
+Each search is a *plan*: a generator that yields the steps it needs (`Fetch` a statement's rows,
+`Embed` a query text) and receives their results. It holds every decision (which statement, when
+to check what, when to search again after a reindex switch) and does no I/O itself, so one plan
+serves both drivers: `execute` on a `psycopg.Connection` and `execute_async` on a
+`psycopg.AsyncConnection` (which embeds in a thread, off the event loop).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, LiteralString, TypeVar
@@ -16,14 +23,16 @@ from typing import Any, LiteralString, TypeVar
 import psycopg
 from pgvector import Vector
 from psycopg import sql
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgembed import db, defaults
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.encode.embedder import Vectors
-from pgembed.errors import NotFoundError, PgembedError, UsageError
+from pgembed.errors import DatabaseError, NotFoundError, PgembedError, UsageError
 from pgembed.lifecycle import models
 
 _T = TypeVar("_T")
@@ -34,20 +43,180 @@ Filter = Mapping[str, Any]
 
 @dataclass(frozen=True)
 class Hit:
-    """A row found by vector search: its key, cosine similarity to the query, and its text."""
+    """A row found by vector search: its key, cosine similarity to the query, and its text.
 
-    key: str
+    `key` is the key column's value in its own type: int for an integer key, str for text,
+    uuid.UUID for uuid, and so on.
+    """
+
+    key: Any
     similarity: float
     text: str
 
 
 @dataclass(frozen=True)
 class HybridHit:
-    """A row found by hybrid search: its key, reciprocal-rank-fusion score, and its text."""
+    """A row found by hybrid search: its key (in its own type), reciprocal-rank-fusion score, and
+    its text."""
 
-    key: str
+    key: Any
     score: float
     text: str
+
+
+# --- the steps a plan asks its driver for ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """Run one statement and send back its rows (dicts with `as_dicts`). With `transaction`, it
+    runs in a transaction of its own, where `ef_search` (if given) is set for it alone."""
+
+    statement: LiteralString | sql.SQL | sql.Composed
+    params: Mapping[str, Any] | tuple[Any, ...] = ()
+    transaction: bool = False
+    ef_search: int | None = None
+    as_dicts: bool = False
+
+
+@dataclass(frozen=True)
+class Embed:
+    """Send back the query vector of `text` (CPU-bound: the async driver runs it in a thread)."""
+
+    spec: ModelSpec
+    text: str
+
+
+Plan = Generator[Fetch | Embed, Any, _T]
+
+
+def execute(conn: psycopg.Connection | ConnectionPool[psycopg.Connection], plan: Plan[_T]) -> _T:
+    """Run a plan on a connection, or on a pool's (borrowed for each statement, so none is held
+    while a model loads or encodes); its errors are pgembed errors."""
+    reply: Any = None
+    failure: PgembedError | None = None
+    while True:
+        try:
+            step = plan.send(reply) if failure is None else plan.throw(failure)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        reply, failure = None, None
+        try:
+            if isinstance(step, Fetch):
+                reply = _fetch(conn, step)
+            else:
+                reply = embed_query(step.spec, step.text)
+        except PgembedError as exc:
+            failure = exc  # the plan may handle it (see _in_one_space)
+
+
+async def execute_async(
+    conn: psycopg.AsyncConnection | AsyncConnectionPool[psycopg.AsyncConnection], plan: Plan[_T]
+) -> _T:
+    """The same on an async connection or pool; embedding runs in a thread, never on the event
+    loop."""
+    reply: Any = None
+    failure: PgembedError | None = None
+    while True:
+        try:
+            step = plan.send(reply) if failure is None else plan.throw(failure)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        reply, failure = None, None
+        try:
+            if isinstance(step, Fetch):
+                reply = await _fetch_async(conn, step)
+            else:
+                reply = await asyncio.to_thread(embed_query, step.spec, step.text)
+        except PgembedError as exc:
+            failure = exc
+
+
+_SET_EF_SEARCH: LiteralString = "SELECT set_config('pgembed.ef_search', %s, true)"
+
+
+def _fetch(conn: psycopg.Connection | ConnectionPool[psycopg.Connection], step: Fetch) -> list[Any]:
+    if isinstance(conn, ConnectionPool):
+        return _fetch_pooled(conn, step)
+    with errors():
+        if not step.transaction:
+            return _rows(conn, step)
+        with conn.transaction():
+            if step.ef_search is not None:
+                # The helpers' override: wins over the model's default, even pgvector's 40.
+                conn.execute(_SET_EF_SEARCH, (str(step.ef_search),))
+            return _rows(conn, step)
+
+
+def _fetch_pooled(
+    pool: ConnectionPool[psycopg.Connection], step: Fetch, retry: bool = True
+) -> list[Any]:
+    """On a connection of the pool. One found dead (the server restarted since it was last used)
+    costs no error: the pool replaces its dead connections and the statement (read-only) runs
+    again, once."""
+    with errors(), pool.connection() as borrowed:
+        try:
+            return _fetch(borrowed, step)
+        except DatabaseError:
+            if not (retry and borrowed.broken):
+                raise
+    with errors():
+        pool.check()
+    return _fetch_pooled(pool, step, retry=False)
+
+
+def _rows(conn: psycopg.Connection, step: Fetch) -> list[Any]:
+    if step.as_dicts:
+        with conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(step.statement, step.params).fetchall()
+    with conn.cursor() as tuples:
+        return tuples.execute(step.statement, step.params).fetchall()
+
+
+async def _fetch_async(
+    conn: psycopg.AsyncConnection | AsyncConnectionPool[psycopg.AsyncConnection], step: Fetch
+) -> list[Any]:
+    if isinstance(conn, AsyncConnectionPool):
+        return await _fetch_pooled_async(conn, step)
+    with errors():
+        if not step.transaction:
+            return await _rows_async(conn, step)
+        async with conn.transaction():
+            if step.ef_search is not None:
+                await conn.execute(_SET_EF_SEARCH, (str(step.ef_search),))
+            return await _rows_async(conn, step)
+
+
+async def _fetch_pooled_async(
+    pool: AsyncConnectionPool[psycopg.AsyncConnection], step: Fetch, retry: bool = True
+) -> list[Any]:
+    with errors():
+        async with pool.connection() as borrowed:
+            try:
+                return await _fetch_async(borrowed, step)
+            except DatabaseError:
+                if not (retry and borrowed.broken):
+                    raise
+    with errors():
+        await pool.check()
+    return await _fetch_pooled_async(pool, step, retry=False)
+
+
+async def _rows_async(conn: psycopg.AsyncConnection, step: Fetch) -> list[Any]:
+    if step.as_dicts:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(step.statement, step.params)
+            return await cur.fetchall()
+    async with conn.cursor() as tuples:
+        await tuples.execute(step.statement, step.params)
+        return await tuples.fetchall()
+
+
+# --- query vectors ----------------------------------------------------------------------------
+
+# Settings this process has embedded a query with: their model is loaded, so a search goes
+# straight to embedding (see _before_the_model).
+_warm: set[embedder.Settings] = set()
 
 
 def embed_query(spec: ModelSpec, text: str) -> Vectors:
@@ -59,11 +228,202 @@ def embed_query(spec: ModelSpec, text: str) -> Vectors:
 def _query_vector(settings: embedder.Settings, text: str) -> Vectors:
     vector = embedder.get(settings).encode_queries([text]).reshape(-1)
     vector.flags.writeable = False  # shared by every caller that asks for this text
+    _warm.add(settings)
     return vector
 
 
 def query_cache_info() -> functools._CacheInfo:
     return _query_vector.cache_info()
+
+
+# --- plans ------------------------------------------------------------------------------------
+
+
+def spec_plan(name: str) -> Plan[ModelSpec]:
+    """The model's catalog row (NotFoundError if there is none)."""
+    rows = yield Fetch(registry.BY_NAME, (name,), as_dicts=True)
+    return registry.found(name, rows[0] if rows else None)
+
+
+def by_name(model: str, plan: Callable[[ModelSpec], Plan[_T]]) -> Plan[_T]:
+    """`plan` for the model of this name."""
+    spec = yield from spec_plan(model)
+    return (yield from plan(spec))
+
+
+def nearest_plan(
+    spec: ModelSpec,
+    vector: Vectors,
+    k: int = 10,
+    filter: Filter | None = None,
+    *,
+    ef_search: int | None = None,
+) -> Plan[list[Hit]]:
+    call = sql.SQL("pgembed.search(%(model)s, %(q)s, %(k)s::integer, %(filter)s)")
+    params = {"model": spec.name, "q": Vector(vector), "k": k, "filter": _jsonb(filter)}
+    rows = yield _hits(spec, call, "similarity", params, ef_search)
+    if not rows:
+        yield from _require_vectors(spec)
+    return [Hit(key, float(value), text) for key, value, text in rows]
+
+
+def query_plan(
+    spec: ModelSpec,
+    text: str,
+    k: int = 10,
+    filter: Filter | None = None,
+    *,
+    ef_search: int | None = None,
+) -> Plan[list[Hit]]:
+    require_text(text)
+
+    def attempt(current: ModelSpec) -> Plan[list[Hit]]:
+        yield from _before_the_model(current)
+        vector = yield Embed(current, text)
+        return (yield from nearest_plan(current, vector, k, filter, ef_search=ef_search))
+
+    return (yield from _in_one_space(spec, attempt))
+
+
+def similar_plan(
+    spec: ModelSpec,
+    key: object,
+    k: int = 10,
+    filter: Filter | None = None,
+    *,
+    ef_search: int | None = None,
+) -> Plan[list[Hit]]:
+    call = sql.SQL("pgembed.similar(%(model)s, %(key)s::text, %(k)s::integer, %(filter)s)")
+    params = {"model": spec.name, "key": str(key), "k": k, "filter": _jsonb(filter)}
+    rows = yield _hits(spec, call, "similarity", params, ef_search)
+    return [Hit(found, float(value), text) for found, value, text in rows]
+
+
+def hybrid_plan(
+    spec: ModelSpec,
+    text: str,
+    k: int = 10,
+    filter: Filter | None = None,
+    *,
+    ef_search: int | None = None,
+) -> Plan[list[HybridHit]]:
+    require_text(text)
+    call = sql.SQL(
+        "pgembed.hybrid_search(%(model)s, %(q)s, %(text)s::text, %(k)s::integer, %(filter)s)"
+    )
+
+    def attempt(current: ModelSpec) -> Plan[list[HybridHit]]:
+        yield from _before_the_model(current, fulltext=True)
+        vector = yield Embed(current, text)
+        params = {
+            "model": current.name,
+            "q": Vector(vector),
+            "text": text,
+            "k": k,
+            "filter": _jsonb(filter),
+        }
+        rows = yield _hits(current, call, "score", params, ef_search)
+        if not rows:
+            yield from _require_vectors(current)
+        return [HybridHit(key, float(value), shown) for key, value, shown in rows]
+
+    return (yield from _in_one_space(spec, attempt))
+
+
+def require_text(text: str) -> None:
+    """A query text must have words: an empty one would return arbitrary rows."""
+    if not isinstance(text, str):
+        raise UsageError(f"the query text must be a string, not {type(text).__name__}")
+    if not text.strip():
+        raise UsageError("the query text is empty")
+
+
+def _in_one_space(spec: ModelSpec, attempt: Callable[[ModelSpec], Plan[_T]]) -> Plan[_T]:
+    """attempt(spec), again with the current spec if a reindex switched the model meanwhile.
+
+    The query vector was then made for the previous version: a query never meets the other
+    version's vectors.
+    """
+    while True:
+        try:
+            result = yield from attempt(spec)
+        except UsageError:  # e.g. other dimensions since the switch
+            current = yield from spec_plan(spec.name)
+            if registry.same_space(current, spec):
+                raise
+        else:
+            current = yield from spec_plan(spec.name)
+            if registry.same_space(current, spec):
+                return result
+        spec = current
+
+
+def _before_the_model(spec: ModelSpec, *, fulltext: bool = False) -> Plan[None]:
+    """Until this process has embedded a query with the model's settings (its model may not be
+    loaded yet: seconds), check first what needs no model, in one cheap statement: a missing
+    full-text index (hybrid), no vectors at all. Once the model is loaded, a search costs no
+    extra statement: the helper reports a missing index, and an empty result is explained after
+    the fact (_require_vectors)."""
+    if models.settings_of(spec) in _warm:
+        return
+    index = f"{_quoted(spec.table_schema)}.{_quoted(naming.fulltext_index_name(spec))}"
+    statement = sql.SQL(
+        "SELECT EXISTS (SELECT 1 FROM {table} WHERE {column} IS NOT NULL), "
+        "to_regclass(%(index)s) IS NOT NULL"
+    ).format(table=naming.table(spec), column=sql.Identifier(spec.embedding_column))
+    [(has_vectors, has_index)] = yield Fetch(statement, {"index": index})
+    if fulltext and not has_index:  # the helper's own message (pgembed._hybrid_v1)
+        raise NotFoundError(
+            f"model {spec.name} has no full-text index: run `pgembed model fulltext {spec.name}`"
+        )
+    if not has_vectors:
+        raise _no_vectors(spec)
+
+
+def _quoted(identifier: str) -> str:
+    """An identifier as quote_ident would write it, for to_regclass (names are plain: naming)."""
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _require_vectors(spec: ModelSpec) -> Plan[None]:
+    [(has_vectors,)] = yield Fetch(
+        sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} IS NOT NULL)").format(
+            naming.table(spec), sql.Identifier(spec.embedding_column)
+        )
+    )
+    if not has_vectors:
+        raise _no_vectors(spec)
+
+
+def _no_vectors(spec: ModelSpec) -> NotFoundError:
+    return NotFoundError(f"model {spec.name!r} has no vectors yet: run `pgembed sync`")
+
+
+def _hits(
+    spec: ModelSpec,
+    call: sql.Composable,
+    value: LiteralString,
+    params: dict[str, Any],
+    ef_search: int | None,
+) -> Fetch:
+    """A helper's hits with each row's key (in the key column's own type) and text, in the
+    helper's order, in one statement."""
+    statement = sql.SQL(
+        "SELECT t.{key}, h.{value}, t.{text} "
+        "FROM {call} WITH ORDINALITY AS h(key, {value}, n) "
+        "JOIN {table} t ON t.{key} = h.key::{type} ORDER BY h.n"
+    ).format(
+        value=sql.Identifier(value),
+        text=sql.Identifier(spec.text_column),
+        call=call,
+        table=naming.table(spec),
+        key=sql.Identifier(spec.key_column),
+        type=naming.key_type(spec),
+    )
+    return Fetch(statement, params, transaction=True, ef_search=ef_search)
+
+
+# --- the same on one synchronous connection (the CLI, the demo, the Client) -------------------
 
 
 def nearest(
@@ -76,12 +436,7 @@ def nearest(
     ef_search: int | None = None,
 ) -> list[Hit]:
     """The k rows nearest to `vector`, through pgembed.search (HNSW index)."""
-    call = sql.SQL("pgembed.search(%(model)s, %(q)s, %(k)s::integer, %(filter)s)")
-    params = {"model": spec.name, "q": Vector(vector), "k": k, "filter": _jsonb(filter)}
-    rows = _hits(conn, spec, call, "similarity", params, ef_search)
-    if not rows:
-        _require_vectors(conn, spec)
-    return [Hit(key, float(value), text) for key, value, text in rows]
+    return execute(conn, nearest_plan(spec, vector, k, filter, ef_search=ef_search))
 
 
 def query(
@@ -94,51 +449,20 @@ def query(
     ef_search: int | None = None,
 ) -> list[Hit]:
     """Embed `text` with the model's settings and search (pgembed.search)."""
-    return _in_one_space(
-        conn,
-        spec,
-        lambda current: nearest(
-            conn, current, embed_query(current, text), k, filter, ef_search=ef_search
-        ),
-    )
-
-
-def _in_one_space(
-    conn: psycopg.Connection, spec: ModelSpec, attempt: Callable[[ModelSpec], _T]
-) -> _T:
-    """attempt(spec), again with the current spec if a reindex switched the model meanwhile.
-
-    The query vector was then made for the previous version: a query never meets the other
-    version's vectors.
-    """
-    while True:
-        try:
-            result = attempt(spec)
-        except UsageError:  # e.g. other dimensions since the switch
-            current = registry.get(conn, spec.name)
-            if registry.same_space(current, spec):
-                raise
-        else:
-            current = registry.get(conn, spec.name)
-            if registry.same_space(current, spec):
-                return result
-        spec = current
+    return execute(conn, query_plan(spec, text, k, filter, ef_search=ef_search))
 
 
 def similar(
     conn: psycopg.Connection,
     spec: ModelSpec,
-    key: str | int,
+    key: object,
     k: int = 10,
     filter: Filter | None = None,
     *,
     ef_search: int | None = None,
 ) -> list[Hit]:
     """The k rows nearest to the row with this key, the row itself excluded (pgembed.similar)."""
-    call = sql.SQL("pgembed.similar(%(model)s, %(key)s::text, %(k)s::integer, %(filter)s)")
-    params = {"model": spec.name, "key": str(key), "k": k, "filter": _jsonb(filter)}
-    rows = _hits(conn, spec, call, "similarity", params, ef_search)
-    return [Hit(key, float(value), text) for key, value, text in rows]
+    return execute(conn, similar_plan(spec, key, k, filter, ef_search=ef_search))
 
 
 def hybrid(
@@ -151,52 +475,7 @@ def hybrid(
     ef_search: int | None = None,
 ) -> list[HybridHit]:
     """Reciprocal-rank fusion of vector and full-text rankings (pgembed.hybrid_search)."""
-    call = sql.SQL(
-        "pgembed.hybrid_search(%(model)s, %(q)s, %(text)s::text, %(k)s::integer, %(filter)s)"
-    )
-
-    def attempt(current: ModelSpec) -> list[HybridHit]:
-        params = {
-            "model": current.name,
-            "q": Vector(embed_query(current, text)),
-            "text": text,
-            "k": k,
-            "filter": _jsonb(filter),
-        }
-        rows = _hits(conn, current, call, "score", params, ef_search)
-        if not rows:
-            _require_vectors(conn, current)
-        return [HybridHit(key, float(value), shown) for key, value, shown in rows]
-
-    return _in_one_space(conn, spec, attempt)
-
-
-def _hits(
-    conn: psycopg.Connection,
-    spec: ModelSpec,
-    call: sql.Composable,
-    value: LiteralString,
-    params: dict[str, Any],
-    ef_search: int | None,
-) -> list[tuple[str, float, str]]:
-    """Run a helper and join each hit's text, in the helper's order, in one statement."""
-    statement = sql.SQL(
-        "SELECT h.key, h.{value}, t.{text} "
-        "FROM {call} WITH ORDINALITY AS h(key, {value}, n) "
-        "JOIN {table} t ON t.{key} = h.key::{type} ORDER BY h.n"
-    ).format(
-        value=sql.Identifier(value),
-        text=sql.Identifier(spec.text_column),
-        call=call,
-        table=naming.table(spec),
-        key=sql.Identifier(spec.key_column),
-        type=naming.key_type(spec),
-    )
-    with errors(), conn.transaction():
-        if ef_search is not None:
-            # The helpers' override: wins over the model's default, even when it is pgvector's 40.
-            conn.execute("SELECT set_config('pgembed.ef_search', %s, true)", (str(ef_search),))
-        return conn.execute(statement, params).fetchall()
+    return execute(conn, hybrid_plan(spec, text, k, filter, ef_search=ef_search))
 
 
 def _jsonb(filter: Filter | None) -> Jsonb | None:
@@ -239,16 +518,6 @@ def translate(exc: psycopg.Error) -> PgembedError:
     return db.describe(exc)
 
 
-def _require_vectors(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    row = conn.execute(
-        sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} IS NOT NULL)").format(
-            naming.table(spec), sql.Identifier(spec.embedding_column)
-        )
-    ).fetchone()
-    if not row or not row[0]:
-        raise NotFoundError(f"model {spec.name!r} has no vectors yet: run `pgembed sync`")
-
-
 @dataclass(frozen=True)
 class Request:
     """What `pgembed query` asks for: TEXT or --similar-to KEY, plain or --hybrid."""
@@ -265,6 +534,8 @@ class Request:
             raise UsageError("give either TEXT or --similar-to KEY")
         if self.hybrid and self.text is None:
             raise UsageError("--hybrid needs TEXT (it ranks the text's words too)")
+        if self.text is not None:
+            require_text(self.text)
 
 
 def run(conn: psycopg.Connection, spec: ModelSpec, request: Request) -> list[Hit] | list[HybridHit]:

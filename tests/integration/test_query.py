@@ -38,7 +38,7 @@ def test_query_finds_paraphrases(synced: registry.ModelSpec, db_url: str) -> Non
     assert result.exit_code == 0, result.output
     hits = json.loads(result.output)
     assert [set(h) for h in hits] == [{"key", "similarity", "text"}] * 2
-    assert {h["key"] for h in hits} == {"1", "2"}  # the two battery complaints, no shared words
+    assert {h["key"] for h in hits} == {1, 2}  # the two battery complaints, no shared words
     assert hits[0]["similarity"] >= hits[1]["similarity"]
 
 
@@ -56,8 +56,8 @@ def test_query_embeds_with_the_models_settings(
 ) -> None:
     hits = helpers.query(reviews, synced, "noisy train", k=8)
     want = embedder.get(embedder.Settings("all-MiniLM-L6-v2")).encode_queries(["noisy train"])[0]
-    stored: dict[str, Vector] = dict(
-        reviews.execute("SELECT id::text, embedding_minilm FROM reviews").fetchall()
+    stored: dict[int, Vector] = dict(
+        reviews.execute("SELECT id, embedding_minilm FROM reviews").fetchall()
     )
     for hit in hits:
         assert hit.similarity == pytest.approx(float(stored[hit.key].to_numpy() @ want), abs=1e-5)

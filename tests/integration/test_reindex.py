@@ -287,11 +287,11 @@ def test_alter_to_a_checkpoint_of_other_dimensions(
     )
     np.testing.assert_allclose(np.stack([got[k] for k in sorted(TEXTS)]), want, atol=1e-5)
     hits = helpers.query(conn, spec, TEXTS[7], k=1)
-    assert hits[0].key == "7"
+    assert hits[0].key == 7
     # A caller still holding the 384-dimension spec from before the switch gets the same answer.
     assert helpers.query(conn, synced, TEXTS[7], k=1) == hits
     assert cli("--database-url", db_url, "model", "fulltext", "minilm").exit_code == 0
-    assert [h.key for h in helpers.hybrid(conn, synced, TEXTS[7], k=1)] == ["7"]
+    assert [h.key for h in helpers.hybrid(conn, synced, TEXTS[7], k=1)] == [7]
 
 
 def test_index_only_rebuild_records_new_parameters(
@@ -320,7 +320,7 @@ def test_index_only_rebuild_records_new_parameters(
     ).fetchall() == [(8, 32)]
     after = stored(conn)
     assert all(np.array_equal(before[k], after[k]) for k in before)
-    assert helpers.query(conn, spec, TEXTS[3], k=1)[0].key == "3"
+    assert helpers.query(conn, spec, TEXTS[3], k=1)[0].key == 3
 
 
 def test_index_build_reports_progress(

@@ -1,0 +1,170 @@
+"""`pgembed.AsyncClient`: the Client's methods for asyncio applications.
+
+Searches run the same plans as `pgembed.Client` (search/helpers.py) on `psycopg.AsyncConnection`s
+from an `AsyncConnectionPool`. Everything that would block the event loop runs in a thread
+(`asyncio.to_thread`): loading a model and encoding, the first connection check, and the
+administrative calls (migrate_schema, add_model, sync_once, status), which reuse the synchronous
+implementations of pgembed.api.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, TypeVar, Unpack
+
+from psycopg_pool import AsyncConnectionPool
+
+from pgembed import api, db, defaults
+from pgembed.api import ModelOptions, SyncResult
+from pgembed.catalog.registry import ModelSpec
+from pgembed.client import check_database, encode, require_texts
+from pgembed.encode.embedder import Vectors
+from pgembed.errors import UsageError
+from pgembed.search import helpers
+from pgembed.search.helpers import Filter, Hit, HybridHit
+
+_T = TypeVar("_T")
+
+
+class AsyncClient:
+    """A handle on one database for asyncio code; share one per application (and event loop).
+
+        async with pgembed.AsyncClient(url) as client:
+            hits = await client.search("minilm", "battery dies fast", k=5)
+
+    `database_url=None` resolves like the CLI (in a thread, since that may start the embedded
+    server). Nothing connects until the first call. Close it with `async with` or
+    `await client.close()`: its pool's tasks belong to the event loop it was first used in.
+    """
+
+    def __init__(
+        self, database_url: str | None = None, *, max_connections: int = defaults.POOL_MAX_SIZE
+    ) -> None:
+        db.check_pool_size(max_connections)
+        self._database_url = database_url
+        self._url: str | None = None
+        self._max_connections = max_connections
+        self._pool: AsyncConnectionPool | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    async def search(
+        self,
+        model: str,
+        text: str,
+        k: int = 10,
+        filter: Filter | None = None,
+        *,
+        ef_search: int | None = None,
+    ) -> list[Hit]:
+        """The k rows nearest to `text`, nearest first (pgembed.search)."""
+        return await self._run(
+            helpers.by_name(
+                model, lambda spec: helpers.query_plan(spec, text, k, filter, ef_search=ef_search)
+            )
+        )
+
+    async def similar(
+        self,
+        model: str,
+        key: object,
+        k: int = 10,
+        filter: Filter | None = None,
+        *,
+        ef_search: int | None = None,
+    ) -> list[Hit]:
+        """The k rows nearest to the row with this key, itself excluded (pgembed.similar)."""
+        return await self._run(
+            helpers.by_name(
+                model, lambda spec: helpers.similar_plan(spec, key, k, filter, ef_search=ef_search)
+            )
+        )
+
+    async def hybrid_search(
+        self,
+        model: str,
+        text: str,
+        k: int = 10,
+        filter: Filter | None = None,
+        *,
+        ef_search: int | None = None,
+    ) -> list[HybridHit]:
+        """Vector and full-text rankings of `text`, fused by rank (pgembed.hybrid_search)."""
+        return await self._run(
+            helpers.by_name(
+                model, lambda spec: helpers.hybrid_plan(spec, text, k, filter, ef_search=ef_search)
+            )
+        )
+
+    async def embed(self, model: str, texts: Sequence[str], *, queries: bool = False) -> Vectors:
+        """Vectors (one row per text) exactly as the model embeds rows, or queries if `queries`;
+        encoded in a thread."""
+        require_texts(texts)
+        spec = await self._run(helpers.spec_plan(model))
+        return await asyncio.to_thread(encode, spec, texts, queries)
+
+    async def migrate_schema(self) -> list[str]:
+        """`pgembed.migrate_schema` on this client's database, in a thread."""
+        return await asyncio.to_thread(api.migrate_schema, await self._resolved_url())
+
+    async def add_model(
+        self, name: str, table: str, column: str, **options: Unpack[ModelOptions]
+    ) -> ModelSpec:
+        """`pgembed.add_model` on this client's database, in a thread (it loads the model)."""
+        url = await self._resolved_url()
+        add = functools.partial(api.add_model, name, table, column, database_url=url, **options)
+        return await asyncio.to_thread(add)
+
+    async def sync_once(self, models: str | Sequence[str] | None = None) -> SyncResult:
+        """`pgembed.sync_once` on this client's database, in a thread (it encodes)."""
+        return await asyncio.to_thread(api.sync_once, models, await self._resolved_url())
+
+    async def status(self) -> list[dict[str, Any]]:
+        """`pgembed.status` on this client's database, in a thread."""
+        return await asyncio.to_thread(api.status, await self._resolved_url())
+
+    async def close(self) -> None:
+        async with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _run(self, plan: helpers.Plan[_T]) -> _T:
+        return await helpers.execute_async(await self._ready(), plan)
+
+    async def _resolved_url(self) -> str:
+        if self._url is None:
+            self._url = await asyncio.to_thread(db.resolve_url, self._database_url)
+        return self._url
+
+    async def _ready(self) -> AsyncConnectionPool:
+        """The pool, opened on first use after a plain connection (in a thread) has shown that
+        the database answers and its schema is current."""
+        pool = self._pool
+        if pool is not None:
+            return pool
+        async with self._lock:
+            if self._closed:
+                raise UsageError("this AsyncClient is closed")
+            if self._pool is None:
+                url = await self._resolved_url()
+                await asyncio.to_thread(check_database, url)
+                opening = db.async_pool(url, self._max_connections)
+                await opening.open()
+                self._pool = opening
+            return self._pool
