@@ -1,7 +1,7 @@
 """`make bench`: every benchmark in one run, figures as medians and ratios, into BENCHMARKS.md.
 
 python -m bench [--rows 2000] [--repeats 3] [--corpus FILE] [--database-url URL]
-                [--only throughput,capture,latency,search] [--no-write]
+                [--only throughput,capture,latency,search,serve] [--no-write]
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
-from bench import capture, latency, report, search, throughput
+from bench import capture, latency, report, search, serve, throughput
 from bench.env import Database, file_corpus, generated_corpus, server
 
-SECTIONS = ("throughput", "capture", "latency", "search")
+SECTIONS = ("throughput", "capture", "latency", "search", "serve")
 
 
 def machine() -> str:
@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--bulk-rows", type=int, default=100_000, help="rows per bulk load (e)")
     parser.add_argument("--latency-samples", type=int, default=40)
+    parser.add_argument("--serve-rows", type=int, default=100_000, help="rows searched (j)")
+    parser.add_argument("--serve-requests", type=int, default=200, help="requests timed (j)")
     parser.add_argument("--corpus", type=Path, help="CSV with a `text` column (gzip allowed)")
     parser.add_argument("--database-url", help="default: a temporary embedded server")
     parser.add_argument("--only", default=",".join(SECTIONS))
@@ -86,13 +88,23 @@ def main(argv: list[str] | None = None) -> int:
             if "capture" in only:
                 results["capture"] = capture.measure(database, args.bulk_rows, args.repeats)
                 print(report.capture(results["capture"]), flush=True)  # type: ignore[arg-type]
+            if "serve" in only:
+                serve_queries = generated_corpus(serve.COLD_RUNS + args.serve_requests, seed=77)
+                results["serve"] = serve.measure(database, texts, serve_queries, args.serve_rows)
+                print(report.serve(results["serve"]), flush=True)  # type: ignore[arg-type]
         finally:
             database.drop()
     command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    text = report.document(results, machine(), command.strip(), args, time.monotonic() - started)
-    print(text)
+    seconds = time.monotonic() - started
+    text = report.document(results, machine(), command.strip(), args, seconds)
+    serve_text = report.serve_document(results, machine(), command.strip(), seconds)
+    main_ran = bool(only - {"serve"})  # `--only serve` leaves the other rows as they are
+    print("\n\n".join(t for t in (text if main_ran else None, serve_text) if t))
     if not args.no_write:
-        report.write(Path("BENCHMARKS.md"), text)
+        if main_ran:
+            report.write(Path("BENCHMARKS.md"), text)
+        if serve_text:
+            report.write(Path("BENCHMARKS.md"), serve_text, report.SERVE_START, report.SERVE_END)
     return 0
 
 

@@ -10,9 +10,12 @@ from pathlib import Path
 from bench.capture import Capture
 from bench.latency import Latency
 from bench.search import Search
+from bench.serve import COLD_RUNS, Serve
 from bench.throughput import Throughput
 
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+# i and j have a generated section of their own, so `--only serve` updates them alone.
+SERVE_START, SERVE_END = "<!-- bench:serve:start -->", "<!-- bench:serve:end -->"
 
 
 def _verdict(ok: bool) -> str:
@@ -98,6 +101,56 @@ def search(s: Search) -> str:
     )
 
 
+def serve(s: Serve) -> str:
+    ratio = s.cold_s * 1000 / s.warm_ms
+    return "\n".join(
+        [
+            f"| i, j. `pgembed query` cold and `pgembed serve` warm (model precision "
+            f"{s.precision}) | value | ratio | target |",
+            "| --- | ---: | ---: | --- |",
+            f"| i. cold `pgembed query TEXT -k 10`: a fresh process, wall time, median of "
+            f"{COLD_RUNS} texts | {s.cold_s:.2f} s | cold/warm = {ratio:.0f} | <= 3 s: "
+            f"{_verdict(s.cold_s <= 3)} |",
+            f"| i'. the same, light encoder off (`PGEMBED_LIGHT_ENCODER=0`: sentence-transformers "
+            f"imported, as before) | {s.cold_full_s:.2f} s | "
+            f"{s.cold_full_s / s.cold_s:.1f}x i | (context) |",
+            f"| i''. warm: the same texts, one POST /search each to `pgembed serve`, client-side "
+            f"| {s.warm_ms:.1f} ms | | (context) |",
+            f"| j. `pgembed serve` POST /search, {s.rows:,} rows, {s.requests} distinct texts, "
+            f"k=10, one keep-alive HTTP client: p50 | {s.p50_ms:.1f} ms | | p50 <= 30 ms: "
+            f"{_verdict(s.p50_ms <= 30)} |",
+            f"| j. the same: p95 | {s.p95_ms:.1f} ms | | (context) |",
+            f"| j. the same: the server's own `took_ms`, p50 (embed + search) | "
+            f"{s.server_p50_ms:.1f} ms | | (context) |",
+        ]
+    )
+
+
+def serve_document(
+    results: dict[str, object], machine: str, command: str, seconds: float
+) -> str | None:
+    """The generated section of i and j, or None when they did not run."""
+    s = results.get("serve")
+    if not isinstance(s, Serve):
+        return None
+    return "\n".join(
+        [
+            SERVE_START,
+            "## Cold start and the warm path (`make bench`, or `python -m bench --only serve`)",
+            "",
+            f"Run {datetime.date.today().isoformat()} in {seconds / 60:.1f} min: `{command}`. "
+            f"Machine: {machine}. PostgreSQL {results.get('postgres')}. 1-minute load average "
+            f"when the cold runs started: {s.load_average:.2f} (the machine is idle near 0). "
+            f"The {s.rows:,}-row table holds random unit vectors written directly; each query "
+            "text is embedded by the model in the serving process.",
+            "",
+            serve(s),
+            "",
+            SERVE_END,
+        ]
+    )
+
+
 def document(
     results: dict[str, object],
     machine: str,
@@ -127,13 +180,14 @@ def document(
     return "\n".join(parts)
 
 
-def write(path: Path, section: str) -> None:
-    """Replace the generated section of BENCHMARKS.md, keeping everything written by hand."""
+def write(path: Path, section: str, start: str = START, end: str = END) -> None:
+    """Replace a generated section of BENCHMARKS.md, keeping everything written by hand."""
     text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.DOTALL)
-    text = (
-        pattern.sub(lambda _: section, text)
-        if pattern.search(text)
-        else (text.rstrip() + "\n\n" + section + "\n")
-    )
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.DOTALL)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section, text)
+    elif start != START and END in text:  # a section of its own goes after the main one
+        text = text.replace(END, END + "\n\n" + section, 1)
+    else:
+        text = text.rstrip() + "\n\n" + section + "\n"
     path.write_text(text)

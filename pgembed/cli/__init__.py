@@ -1,7 +1,7 @@
 """The `pgembed` command line: thin click commands, one module per command group; the work
 happens in the packages they call."""
 
-from pgembed.cli import data, db, demo, model, quality, query, reindex, status, sync
+from pgembed.cli import data, db, demo, model, quality, query, reindex, serve, status, sync
 from pgembed.cli.app import App, main
 
 for _command in (
@@ -17,6 +17,7 @@ for _command in (
     quality.tune_cmd,
     data.load_cmd,
     db.db_group,
+    serve.serve_cmd,
 ):
     main.add_command(_command)
 

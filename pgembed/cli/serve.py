@@ -1,0 +1,86 @@
+"""`pgembed serve`: answer searches over HTTP with the models loaded, until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+import click
+
+from pgembed.cli.app import App, pass_app
+from pgembed.cli.logs import setup_logging
+from pgembed.errors import ConfigError
+
+log = logging.getLogger("pgembed.serve")
+
+
+@click.command("serve")
+@click.option(
+    "--host",
+    metavar="ADDR",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on. The API has no authentication: see docs/serve.md before "
+    "binding to another interface.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8765,
+    show_default=True,
+    help="0: any free port (the address is printed).",
+)
+@click.option(
+    "--model",
+    "model_names",
+    multiple=True,
+    metavar="NAME",
+    help="Serve only these models (repeatable). Default: every model, loaded at start.",
+)
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@pass_app
+def serve_cmd(
+    app: App, host: str, port: int, model_names: tuple[str, ...], log_format: str
+) -> None:
+    """Search over HTTP: POST /search, GET /models, GET /healthz, a search page at /.
+
+    Prints `serving http://HOST:PORT` once the models are loaded; one log line per request.
+    """
+    from pgembed.serve.api import Api
+    from pgembed.serve.server import SearchServer
+
+    setup_logging(log_format)
+    api = Api(app.url, model_names)
+    try:
+        try:
+            server = SearchServer(api, host, port)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        stop = _stop_on_signals()
+        api.warm()  # after binding: a port in use fails before the seconds of loading models
+        server.start()
+        click.echo(f"serving {server.url}")
+        while not stop.wait(1.0):
+            pass
+        log.info("stopping: a signal came")
+        server.stop()
+    finally:
+        api.close()
+    log.info("stopped")
+
+
+def _stop_on_signals() -> threading.Event:
+    """SIGINT/SIGTERM set the event (a clean stop, exit 0); a second one ends the process."""
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop

@@ -1,0 +1,249 @@
+"""The search API without HTTP: a request's JSON -> hits, the models served, health; and the
+HTTP status of every error (400 bad input, 404 unknown model or key, 503 database down).
+
+Searches go through search/helpers.py, exactly as `pgembed query` and the Client do, on
+connections borrowed from a pool; queries are encoded by the light encoder where it reproduces
+the model (encode/light.py: the same vectors, without sentence-transformers' per-call work).
+`warm` loads the models before the server takes requests, so the first request is as fast as
+the others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+
+from pgembed import db, migrate
+from pgembed.catalog import registry
+from pgembed.catalog.registry import ModelSpec
+from pgembed.encode import embedder
+from pgembed.errors import (
+    DatabaseError,
+    NotFoundError,
+    PgembedError,
+    SchemaError,
+    UsageError,
+)
+from pgembed.search import helpers
+
+log = logging.getLogger("pgembed.serve")
+
+_T = TypeVar("_T")
+
+MAX_K = 1000  # as `pgembed query -k`
+# Waiting longer than this for a connection means the database is down (or every connection
+# busy for that long): the request gets a 503 instead of hanging.
+ACQUIRE_TIMEOUT = 5.0
+# A pooled connection found dead (the server restarted since it was last used) is replaced and
+# the search tried again, at most this many times.
+RETRIES_ON_DEAD_CONNECTION = 2
+# Connections the server opens at most; requests beyond it wait for one (ACQUIRE_TIMEOUT).
+POOL_SIZE = 8
+
+_FIELDS = {"text", "model", "k", "filter", "hybrid", "similar_to", "ef_search"}
+
+
+class ApiError(Exception):
+    """A request the API refuses, with its HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """POST /search, validated: `text` or `similar_to`, plain or `hybrid`."""
+
+    model: str
+    text: str | None = None
+    similar_to: str | None = None
+    k: int = 10
+    filter: dict[str, Any] | None = None
+    hybrid: bool = False
+    ef_search: int | None = None
+
+
+def parse_search(payload: object) -> SearchRequest:
+    """The request in a decoded JSON body, or an ApiError(400) that says what is wrong."""
+    if not isinstance(payload, dict):
+        raise ApiError(400, 'the body must be a JSON object, e.g. {"text": ..., "model": ...}')
+    unknown = sorted(set(payload) - _FIELDS)
+    if unknown:
+        raise ApiError(400, f"unknown field {unknown[0]!r}: use {', '.join(sorted(_FIELDS))}")
+    model = payload.get("model")
+    if not isinstance(model, str) or not model:
+        raise ApiError(400, '"model" is required: a model\'s name (see GET /models)')
+    text, similar_to = payload.get("text"), payload.get("similar_to")
+    if (text is None) == (similar_to is None):
+        raise ApiError(400, 'give either "text" or "similar_to" (a row\'s key)')
+    if text is not None and not isinstance(text, str):
+        raise ApiError(400, '"text" must be a string')
+    if text is not None and not text.strip():
+        raise ApiError(400, '"text" is empty')
+    if similar_to is not None and (
+        isinstance(similar_to, bool) or not isinstance(similar_to, str | int)
+    ):
+        raise ApiError(400, '"similar_to" must be a row\'s key, a string or an integer')
+    hybrid = payload.get("hybrid", False)
+    if not isinstance(hybrid, bool):
+        raise ApiError(400, '"hybrid" must be true or false')
+    if hybrid and text is None:
+        raise ApiError(400, '"hybrid" needs "text" (it ranks the text\'s words too)')
+    filter = payload.get("filter")
+    if filter is not None and not isinstance(filter, dict):
+        raise ApiError(400, '"filter" must be a JSON object, e.g. {"rating": {"$gte": 4}}')
+    return SearchRequest(
+        model=model,
+        text=text,
+        similar_to=None if similar_to is None else str(similar_to),
+        k=_bounded(payload, "k", 10),
+        filter=filter,
+        hybrid=hybrid,
+        ef_search=_bounded(payload, "ef_search", None),
+    )
+
+
+def _bounded(payload: Mapping[str, Any], name: str, default: int | None) -> Any:
+    value = payload.get(name, default)
+    if value is None and default is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_K:
+        raise ApiError(400, f'"{name}" must be an integer from 1 to {MAX_K}')
+    return value
+
+
+def status_of(exc: BaseException) -> tuple[int, str]:
+    """The HTTP status and one-line message for an error raised while answering."""
+    if isinstance(exc, ApiError):
+        return exc.status, exc.message
+    if isinstance(exc, psycopg.OperationalError):  # connection lost, or none within the timeout
+        return 503, f"database unavailable: {db.first_line(exc)}"
+    if isinstance(exc, psycopg.Error):
+        exc = helpers.translate(exc)
+    if isinstance(exc, UsageError):
+        return 400, str(exc)
+    if isinstance(exc, NotFoundError):
+        return 404, str(exc)
+    if isinstance(exc, DatabaseError | SchemaError):
+        return 503, str(exc)
+    if isinstance(exc, PgembedError):
+        return 500, str(exc)
+    return 500, "internal error (the server's log has the details)"
+
+
+def model_info(spec: ModelSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "table": spec.qualified_table,
+        "column": spec.text_column,
+        "key": spec.key_column,
+        "dimensions": spec.dimensions,
+        "pooling": spec.pooling,
+        "model_ref": spec.model_ref,
+    }
+
+
+class Api:
+    """What the server answers, over a pool of connections; thread-safe.
+
+    `models`: the only models served (each must exist); empty: every model of the catalog,
+    those added later included (loaded on their first search).
+    """
+
+    def __init__(self, url: str, models: Sequence[str] = ()) -> None:
+        self._only = tuple(models)
+        self.acquire_timeout = ACQUIRE_TIMEOUT
+        with db.connection(url) as conn:
+            migrate.require_current(conn)
+            self._specs = [registry.get(conn, name) for name in self._only] or _servable(conn)
+        for spec in self._specs:
+            if spec.shadow_of is not None:
+                raise UsageError(f"model {spec.name!r} is a reindex's shadow: serve the model")
+        self.loaded: list[str] = []
+        self._pool = db.pool(url, POOL_SIZE)
+        self._pool.open()
+
+    def warm(self) -> None:
+        """Load each model and encode a first query, so the first request is as fast as any."""
+        for spec in self._specs:
+            started = time.perf_counter()
+            with embedder.light_encoder():
+                helpers.embed_query(spec, "warm up")
+            self.loaded.append(spec.name)
+            log.info("model %s ready in %.1f s", spec.name, time.perf_counter() - started)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def search(self, payload: object) -> dict[str, Any]:
+        """POST /search."""
+        request = parse_search(payload)
+        self._require_served(request.model)
+        started = time.perf_counter()
+        with embedder.light_encoder():  # one query at a time: see encode/light.py
+            hits = self._on_connection(lambda conn: _run(conn, request))
+        return {
+            "model": request.model,
+            "hits": [dataclasses.asdict(hit) for hit in hits],
+            "took_ms": round((time.perf_counter() - started) * 1000, 2),
+        }
+
+    def models(self) -> dict[str, Any]:
+        """GET /models."""
+        specs = self._on_connection(self._served)
+        return {"models": [model_info(spec) for spec in specs]}
+
+    def health(self) -> dict[str, Any]:
+        """GET /healthz: the database answers."""
+        self._on_connection(lambda conn: conn.execute("SELECT 1").fetchall())
+        return {"status": "ok", "models": self.loaded}
+
+    def _served(self, conn: psycopg.Connection) -> list[ModelSpec]:
+        if self._only:
+            return [s for s in registry.all_models(conn) if s.name in self._only]
+        return _servable(conn)
+
+    def _require_served(self, name: str) -> None:
+        if self._only and name not in self._only:
+            raise NotFoundError(
+                f"unknown model {name!r}: this server serves {', '.join(self._only)}"
+            )
+
+    def _on_connection(self, work: Callable[[psycopg.Connection], _T]) -> _T:
+        attempt = 0
+        while True:
+            with self._pool.connection(timeout=self.acquire_timeout) as conn:
+                try:
+                    return work(conn)
+                except (PgembedError, psycopg.Error):
+                    if not conn.broken or attempt >= RETRIES_ON_DEAD_CONNECTION:
+                        raise
+            attempt += 1  # it died idle (the database restarted): once more, on another one
+            log.info("a pooled connection was dead: retrying on another")
+
+
+def _servable(conn: psycopg.Connection) -> list[ModelSpec]:
+    return [spec for spec in registry.all_models(conn) if spec.shadow_of is None]
+
+
+def _run(
+    conn: psycopg.Connection, request: SearchRequest
+) -> list[helpers.Hit] | list[helpers.HybridHit]:
+    spec = registry.get(conn, request.model)
+    if spec.shadow_of is not None:
+        raise NotFoundError(f"unknown model {request.model!r}: it is a reindex's shadow")
+    options: dict[str, Any] = {"ef_search": request.ef_search}
+    if request.similar_to is not None:
+        return helpers.similar(conn, spec, request.similar_to, request.k, request.filter, **options)
+    assert request.text is not None  # parse_search checks it
+    if request.hybrid:
+        return helpers.hybrid(conn, spec, request.text, request.k, request.filter, **options)
+    return helpers.query(conn, spec, request.text, request.k, request.filter, **options)

@@ -1,0 +1,365 @@
+"""`pgembed serve`'s HTTP API, in-process on a free port, through a real HTTP client (urllib):
+the hits equal search/helpers' for the same request; every error is a status and one line."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import socket
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from html.parser import HTMLParser
+from typing import Any
+
+import psycopg
+import pytest
+
+from helpers import REVIEWS, database_name, with_database
+from pgembed import db
+from pgembed.catalog import registry
+from pgembed.lifecycle import models
+from pgembed.search import helpers
+from pgembed.serve.api import Api
+from pgembed.serve.server import SearchServer
+from pgembed.sync import worker
+
+TIMEOUT = 60  # seconds for any one request
+
+
+def call(url: str, body: object = None, *, raw: bytes | None = None) -> tuple[int, Any]:
+    """GET (no body) or POST (JSON `body`, or `raw` bytes): the status and the decoded JSON."""
+    data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data)
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            status, payload, kind = response.status, response.read(), response.headers
+    except urllib.error.HTTPError as error:
+        status, payload, kind = error.code, error.read(), error.headers
+        error.close()
+    if kind.get_content_type() != "application/json":
+        return status, payload.decode()
+    return status, json.loads(payload)
+
+
+@pytest.fixture
+def server(shop_url: str) -> Iterator[SearchServer]:
+    api = Api(shop_url)
+    api.acquire_timeout = 2.0  # the 503 test waits this long for a connection
+    api.warm()
+    served = SearchServer(api, "127.0.0.1", 0)
+    served.start()
+    try:
+        yield served
+    finally:
+        served.stop()
+        api.close()
+
+
+@pytest.fixture
+def shop(shop_url: str) -> Iterator[tuple[psycopg.Connection, registry.ModelSpec]]:
+    with db.connection(shop_url) as conn:
+        yield conn, registry.get(conn, "minilm")
+
+
+def as_json(hits: list[helpers.Hit] | list[helpers.HybridHit]) -> list[dict[str, Any]]:
+    return [asdict(hit) for hit in hits]
+
+
+QUERIES = ["battery dies fast", "crisp sweet apples", "arrived late and the box was crushed"]
+
+
+def test_hits_equal_the_helpers(
+    server: SearchServer, shop: tuple[psycopg.Connection, registry.ModelSpec]
+) -> None:
+    conn, spec = shop
+    for text in QUERIES:
+        status, answer = call(f"{server.url}/search", {"text": text, "model": "minilm"})
+        assert status == 200, answer
+        assert answer["model"] == "minilm" and answer["took_ms"] > 0
+        assert answer["hits"] == as_json(helpers.query(conn, spec, text))  # k defaults to 10
+        assert len(answer["hits"]) == 10
+
+
+def test_k_filter_hybrid_similar_to_and_ef_search(
+    server: SearchServer, shop: tuple[psycopg.Connection, registry.ModelSpec]
+) -> None:
+    conn, spec = shop
+    url, text = f"{server.url}/search", "the battery does not last"
+    ratings = {"rating": {"$gte": 4}}
+    status, answer = call(url, {"text": text, "model": "minilm", "k": 3, "filter": ratings})
+    assert status == 200 and answer["hits"] == as_json(helpers.query(conn, spec, text, 3, ratings))
+    keys = [hit["key"] for hit in answer["hits"]]
+    rows = conn.execute("SELECT rating FROM reviews WHERE id = ANY(%s)", (keys,)).fetchall()
+    assert len(keys) == 3 and all(rating >= 4 for (rating,) in rows)
+
+    status, answer = call(url, {"text": text, "model": "minilm", "k": 4, "hybrid": True})
+    assert status == 200 and answer["hits"] == as_json(helpers.hybrid(conn, spec, text, 4))
+    assert set(answer["hits"][0]) == {"key", "score", "text"}
+
+    for key in (5, "5"):  # a key as the column's JSON type, or as text
+        status, answer = call(url, {"similar_to": key, "model": "minilm", "k": 3})
+        assert status == 200 and answer["hits"] == as_json(helpers.similar(conn, spec, 5, 3))
+        assert 5 not in [hit["key"] for hit in answer["hits"]]
+
+    body = {"text": text, "model": "minilm", "k": 5, "ef_search": 200}
+    status, answer = call(url, body)
+    assert status == 200
+    assert answer["hits"] == as_json(helpers.query(conn, spec, text, 5, ef_search=200))
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_models_healthz_and_one_log_line_per_request(server: SearchServer) -> None:
+    logger, lines = logging.getLogger("pgembed.serve"), Lines()
+    level = logger.level
+    logger.addHandler(lines)
+    logger.setLevel(logging.INFO)
+    try:
+        status, answer = call(f"{server.url}/models")
+        assert status == 200
+        assert answer == {
+            "models": [
+                {
+                    "name": "minilm",
+                    "table": "public.reviews",
+                    "column": "text",
+                    "key": "id",
+                    "dimensions": 384,
+                    "pooling": "mean",
+                    "model_ref": "all-MiniLM-L6-v2",
+                }
+            ]
+        }
+        assert call(f"{server.url}/healthz") == (200, {"status": "ok", "models": ["minilm"]})
+        call(f"{server.url}/search", {"text": "", "model": "minilm"})
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+    assert [line.rsplit(" ", 1)[0] for line in lines.lines] == [
+        "GET /models 200",
+        "GET /healthz 200",
+        "POST /search 400",
+    ]
+    assert all(line.endswith("ms") for line in lines.lines)
+
+
+BAD_REQUESTS: list[tuple[object, int, str]] = [
+    ({"text": "", "model": "minilm"}, 400, '"text" is empty'),
+    ({"text": "   ", "model": "minilm"}, 400, '"text" is empty'),
+    ({"model": "minilm"}, 400, 'give either "text" or "similar_to"'),
+    ({"text": "x", "similar_to": 1, "model": "minilm"}, 400, 'give either "text" or'),
+    ({"text": 3, "model": "minilm"}, 400, '"text" must be a string'),
+    ({"text": "x"}, 400, '"model" is required'),
+    ({"text": "x", "model": "minilm", "k": 0}, 400, '"k" must be an integer from 1 to 1000'),
+    ({"text": "x", "model": "minilm", "k": 1001}, 400, '"k" must be an integer'),
+    ({"text": "x", "model": "minilm", "k": "3"}, 400, '"k" must be an integer'),
+    ({"text": "x", "model": "minilm", "k": True}, 400, '"k" must be an integer'),
+    ({"text": "x", "model": "minilm", "filter": "rating"}, 400, '"filter" must be a JSON object'),
+    ({"text": "x", "model": "minilm", "filter": {"nope": 1}}, 400, 'has no column "nope"'),
+    ({"text": "x", "model": "minilm", "filter": {"rating": {"$in": 3}}}, 400, "$in needs"),
+    ({"text": "x", "model": "minilm", "filter": {"rating": "high"}}, 400, "invalid input"),
+    ({"text": "x", "model": "minilm", "hybrid": "yes"}, 400, '"hybrid" must be true or false'),
+    ({"similar_to": 5, "model": "minilm", "hybrid": True}, 400, '"hybrid" needs "text"'),
+    ({"text": "x", "model": "minilm", "top_k": 3}, 400, "unknown field 'top_k'"),
+    (["battery"], 400, "the body must be a JSON object"),
+    ({"text": "x", "model": "nope"}, 404, "unknown model 'nope'"),
+    ({"similar_to": 99999, "model": "minilm"}, 404, "has no row with id"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "message"), BAD_REQUESTS)
+def test_bad_requests(server: SearchServer, body: object, status: int, message: str) -> None:
+    got, answer = call(f"{server.url}/search", body)
+    assert (got, set(answer)) == (status, {"error"}), answer
+    assert message in answer["error"] and "\n" not in answer["error"]
+
+
+def test_errors_outside_search_are_json_too(server: SearchServer) -> None:
+    url = server.url
+    status, answer = call(f"{url}/search", raw=b'{"text": "x", "model": ')
+    assert status == 400 and answer["error"].startswith("the body is not valid JSON")
+    status, answer = call(f"{url}/search", raw=b"\xff\xfe")
+    assert status == 400 and answer["error"].startswith("the body is not valid JSON")
+    assert call(f"{url}/nope")[0] == 404
+    assert call(f"{url}/search") == (405, {"error": "/search takes POST"})
+    assert call(f"{url}/models", {"text": "x"}) == (405, {"error": "/models takes GET"})
+    big = http.client.HTTPConnection("127.0.0.1", server.port, timeout=TIMEOUT)
+    try:  # the headers alone: the server answers before any of the body arrives
+        big.putrequest("POST", "/search")
+        big.putheader("Content-Length", str(2 << 20))
+        big.endheaders()
+        response = big.getresponse()
+        answer = json.loads(response.read())
+        assert response.status == 413 and "larger than" in answer["error"]
+    finally:
+        big.close()
+    other = http.client.HTTPConnection("127.0.0.1", server.port, timeout=TIMEOUT)
+    try:  # http.server's own errors: a method it has no handler for
+        other.request("PUT", "/search", b"{}")
+        response = other.getresponse()
+        assert response.status == 501 and "error" in json.loads(response.read())
+    finally:
+        other.close()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as raw:
+        raw.sendall(b"GET / HTTP/1.x\r\n\r\n")  # a malformed request line
+        reply = raw.makefile("rb").read()  # (its answer is HTTP/0.9-style: the body alone)
+    assert json.loads(reply[reply.index(b"{") :]) == {"error": "Bad request version ('HTTP/1.x')"}
+    # the server is still well after all of it
+    assert call(f"{url}/search", {"text": "x", "model": "minilm", "k": 1})[0] == 200
+
+
+def test_database_down_is_503_and_the_server_recovers(server: SearchServer, shop_url: str) -> None:
+    name = database_name(shop_url)
+    admin = psycopg.connect(with_database(shop_url, "postgres"), autocommit=True)
+    body = {"text": "battery dies fast", "model": "minilm", "k": 3}
+    try:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
+        )
+        status, answer = call(f"{server.url}/search", body)
+        assert status == 503 and answer["error"].startswith("database unavailable"), answer
+        assert call(f"{server.url}/healthz")[0] == 503
+    finally:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        admin.close()
+    for _ in range(30):  # the pool reconnects in the background, backing off
+        status, answer = call(f"{server.url}/search", body)
+        if status == 200:
+            break
+        threading.Event().wait(1.0)
+    assert status == 200 and len(answer["hits"]) == 3
+
+
+def test_concurrent_requests(
+    server: SearchServer, shop: tuple[psycopg.Connection, registry.ModelSpec]
+) -> None:
+    conn, spec = shop
+    texts = [
+        f"{subject} {verdict}"
+        for subject in ("battery", "screen", "delivery", "apples")
+        for verdict in ("is great", "broke after a week", "was late")
+    ]
+    want = {text: as_json(helpers.query(conn, spec, text, k=5)) for text in texts}
+    url = f"{server.url}/search"
+
+    def ask(text: str) -> tuple[str, int, Any]:
+        status, answer = call(url, {"text": text, "model": "minilm", "k": 5})
+        return text, status, answer
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(ask, texts * 3))
+    assert len(results) == 3 * len(texts)
+    for text, status, answer in results:
+        assert status == 200 and answer["hits"] == want[text]
+
+
+class Form(HTMLParser):
+    """The page's form: action, method, and each field's name -> value (a select's selected
+    option) and options; plus every attribute that would load something from elsewhere."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.action = self.method = ""
+        self.fields: dict[str, str] = {}
+        self.options: dict[str, list[str]] = {}
+        self.external: list[str] = []
+        self._select: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        for attr in ("src", "href"):
+            if attr in a:
+                self.external.append(a[attr])
+        if tag == "form":
+            self.action, self.method = a.get("action", ""), a.get("method", "get")
+        elif tag == "input" and a.get("type") != "checkbox":
+            self.fields[a["name"]] = a.get("value", "")
+        elif tag == "input":
+            self.options[a["name"]] = [a.get("value", "on")]
+        elif tag == "select":
+            self._select = a["name"]
+            self.options[a["name"]] = []
+        elif tag == "option" and self._select is not None:
+            self.options[self._select].append(a.get("value", ""))
+            if "selected" in a or self._select not in self.fields:
+                self.fields[self._select] = a.get("value", "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "select":
+            self._select = None
+
+
+def test_search_page_posts_its_fields_side_by_side(server: SearchServer, shop_url: str) -> None:
+    """A second model (CLS pooling on a small table) for the second column, as the demo shows
+    two poolings side by side."""
+    with db.connection(shop_url) as conn:
+        conn.execute("CREATE TABLE notes (id integer PRIMARY KEY, body text)")
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO notes VALUES (%s, %s)", REVIEWS)
+        request = models.AddRequest("notes_cls", "notes", "body", pooling="cls", precision="fp32")
+        models.add(conn, request)
+    worker.Worker(shop_url, worker.Options(once=True)).run()
+
+    status, html = call(f"{server.url}/")
+    assert status == 200 and "<title>pgembed search</title>" in html
+    form = Form()
+    form.feed(html)
+    assert form.external == []  # no external script, style, font or image
+    assert "<script src" not in html and "@import" not in html and "url(" not in html
+    assert (form.action, form.method) == ("/search", "post")
+    assert set(form.fields) == {"text", "model", "compare", "filter", "k"}
+    assert form.options["model"] == ["minilm", "notes_cls"]
+    assert form.options["compare"] == ["", "minilm", "notes_cls"]
+    assert (form.fields["model"], form.fields["compare"]) == ("minilm", "notes_cls")
+    assert form.options["hybrid"] == ["true"]
+
+    # What the page's script sends for each column: the form's fields, the text typed in.
+    fields = {**form.fields, "text": "my phone runs out of power by noon"}
+    fields["filter"] = '{"id": {"$lte": 300}}'
+    with db.connection(shop_url) as conn:
+        for model in (fields["model"], fields["compare"]):
+            body = {
+                "text": fields["text"],
+                "model": model,
+                "k": int(fields["k"]),
+                "filter": json.loads(fields["filter"]),
+            }
+            status, answer = call(f"{server.url}{form.action}", body)
+            assert status == 200 and answer["model"] == model
+            spec = registry.get(conn, model)
+            want = helpers.query(conn, spec, body["text"], 10, {"id": {"$lte": 300}})
+            assert answer["hits"] == as_json(want)
+            assert len(want) == (10 if model == "minilm" else len(REVIEWS))
+
+
+def test_one_keep_alive_connection_through_errors(server: SearchServer) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=TIMEOUT)
+    good = json.dumps({"text": "battery", "model": "minilm", "k": 2}).encode()
+    try:
+        for method, path, body, status in [
+            ("POST", "/search", good, 200),
+            ("POST", "/search", b"{not json", 400),
+            ("GET", "/models", b'{"ignored": "body"}', 200),  # a body nobody reads is skipped
+            ("POST", "/nope", b"{}", 404),
+            ("POST", "/search", good, 200),
+        ]:
+            conn.request(method, path, body)
+            response = conn.getresponse()
+            answer = json.loads(response.read())
+            assert response.status == status, answer
+            assert response.getheader("Connection") != "close"
+    finally:
+        conn.close()
