@@ -51,10 +51,12 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{hostinfo}"))
 
 
-def home() -> Path:
+def home(*, create: bool = True) -> Path:
     """pgembed's data directory: $PGEMBED_HOME, else the per-user data directory."""
     value = os.environ.get("PGEMBED_HOME")
     path = Path(value) if value else Path(platformdirs.user_data_dir("pgembed"))
+    if not create:
+        return path.resolve()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

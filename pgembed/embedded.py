@@ -179,7 +179,7 @@ def inspect() -> State:
 
 def running_url() -> str | None:
     """The URL of the embedded server if it runs, without joining it."""
-    postmaster = _postmaster(data_dir())
+    postmaster = _postmaster(config.home(create=False) / "pgdata")
     return postmaster[1] if postmaster else None
 
 
@@ -255,6 +255,7 @@ def start_holder_pid() -> int | None:
 def _start_locked() -> Iterator[None]:
     """One `db start` or `db stop` at a time (per PGEMBED_HOME)."""
     import fcntl
+
     with (config.home() / "db-start.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
