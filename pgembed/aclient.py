@@ -23,7 +23,7 @@ from pgembed.catalog.registry import ModelSpec
 from pgembed.client import check_database, encode, require_texts
 from pgembed.encode.embedder import Vectors
 from pgembed.errors import UsageError
-from pgembed.search import helpers
+from pgembed.search import helpers, plan
 from pgembed.search.helpers import Filter, Hit, HybridHit
 
 _T = TypeVar("_T")
@@ -144,8 +144,8 @@ class AsyncClient:
     ) -> None:
         await self.close()
 
-    async def _run(self, plan: helpers.Plan[_T]) -> _T:
-        return await helpers.execute_async(await self._ready(), plan)
+    async def _run(self, work: plan.Plan[_T]) -> _T:
+        return await plan.execute_async(await self._ready(), work)
 
     async def _resolved_url(self) -> str:
         if self._url is None:

@@ -23,7 +23,7 @@ from pgembed.encode import hardware
 from pgembed.errors import UsageError
 from pgembed.lifecycle import models as lifecycle
 from pgembed.lifecycle import status as lifecycle_status
-from pgembed.search import helpers
+from pgembed.search import plan
 from pgembed.sync import worker
 
 
@@ -156,6 +156,6 @@ def status(database_url: str | None = None) -> list[dict[str, Any]]:
 @contextmanager
 def connection(database_url: str | None) -> Iterator[psycopg.Connection]:
     """A connection to a database whose pgembed schema is current (else a SchemaError)."""
-    with helpers.errors(), db.connection(db.resolve_url(database_url)) as conn:
+    with plan.errors(), db.connection(db.resolve_url(database_url)) as conn:
         migrate.require_current(conn)
         yield conn

@@ -24,7 +24,7 @@ from pgembed.encode.embedder import Vectors
 from pgembed.errors import UsageError
 from pgembed.lifecycle import models
 from pgembed.lifecycle import status as lifecycle_status
-from pgembed.search import helpers
+from pgembed.search import helpers, plan
 from pgembed.search.helpers import Filter, Hit, HybridHit
 
 _T = TypeVar("_T")
@@ -119,7 +119,7 @@ class Client:
 
     def status(self) -> list[dict[str, Any]]:
         """`pgembed.status` on this Client's database (through its pool)."""
-        with helpers.errors(), self._ready().connection() as conn:
+        with plan.errors(), self._ready().connection() as conn:
             return lifecycle_status.all_status(conn)
 
     def close(self) -> None:
@@ -138,8 +138,8 @@ class Client:
     ) -> None:
         self.close()
 
-    def _run(self, plan: helpers.Plan[_T]) -> _T:
-        return helpers.execute(self._ready(), plan)
+    def _run(self, work: plan.Plan[_T]) -> _T:
+        return plan.execute(self._ready(), work)
 
     def _ready(self) -> ConnectionPool:
         """The pool, opened on first use once a plain connection has shown that the database
@@ -158,7 +158,7 @@ class Client:
 
 def check_database(url: str) -> None:
     """Connect once: a wrong URL, a server that is down, a schema to migrate: one clear error."""
-    with helpers.errors(), db.connection(url) as conn:
+    with plan.errors(), db.connection(url) as conn:
         migrate.require_current(conn)
 
 

@@ -23,7 +23,7 @@ except ImportError as exc:  # an optional extra: say how to get it
 
 from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import NotFoundError, UsageError
-from pgembed.search import helpers
+from pgembed.search import vectors
 
 T = TypeVar("T")
 SCHEMA = "pgembed"
@@ -40,7 +40,7 @@ def nearest(
     """The k instances whose text is nearest to `text`, with their cosine similarity."""
     spec = model_spec(session, model)
     column = _column(entity, spec, spec.embedding_column)
-    distance = _vector(column, spec).cosine_distance(helpers.embed_query(spec, text))
+    distance = _vector(column, spec).cosine_distance(vectors.embed_query(spec, text))
     return _run(session, entity, spec, column, distance, k, [where])
 
 

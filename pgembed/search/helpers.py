@@ -3,37 +3,30 @@
 SQL, the CLI and the Python clients share one code path: these functions embed the query with
 exactly the model's settings and call the helpers, joining the rows' text in the same statement.
 
-Each search is a *plan*: a generator that yields the steps it needs (`Fetch` a statement's rows,
-`Embed` a query text) and receives their results. It holds every decision (which statement, when
-to check what, when to search again after a reindex switch) and does no I/O itself, so one plan
-serves both drivers: `execute` on a `psycopg.Connection` and `execute_async` on a
-`psycopg.AsyncConnection` (which embeds in a thread, off the event loop).
+Each search is a *plan* (plan.py): a generator that yields the steps it needs and receives their
+results. It holds every decision (which statement, when to check what, when to search again after
+a reindex switch) and does no I/O itself, so one plan serves the sync and the async driver.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
-from collections.abc import Callable, Generator, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, LiteralString, TypeVar
 
 import psycopg
 from pgvector import Vector
 from psycopg import sql
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgembed import db, defaults
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
-from pgembed.encode import embedder
 from pgembed.encode.embedder import Vectors
-from pgembed.errors import DatabaseError, NotFoundError, PgembedError, UsageError
+from pgembed.errors import NotFoundError, UsageError
 from pgembed.lifecycle import models
+from pgembed.search.plan import Embed, Fetch, Plan, execute
+from pgembed.search.vectors import warm
 
 _T = TypeVar("_T")
 
@@ -62,178 +55,6 @@ class HybridHit:
     key: Any
     score: float
     text: str
-
-
-# --- the steps a plan asks its driver for ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Fetch:
-    """Run one statement and send back its rows (dicts with `as_dicts`). With `transaction`, it
-    runs in a transaction of its own, where `ef_search` (if given) is set for it alone."""
-
-    statement: LiteralString | sql.SQL | sql.Composed
-    params: Mapping[str, Any] | tuple[Any, ...] = ()
-    transaction: bool = False
-    ef_search: int | None = None
-    as_dicts: bool = False
-
-
-@dataclass(frozen=True)
-class Embed:
-    """Send back the query vector of `text` (CPU-bound: the async driver runs it in a thread)."""
-
-    spec: ModelSpec
-    text: str
-
-
-Plan = Generator[Fetch | Embed, Any, _T]
-
-
-def execute(conn: psycopg.Connection | ConnectionPool[psycopg.Connection], plan: Plan[_T]) -> _T:
-    """Run a plan on a connection, or on a pool's (borrowed for each statement, so none is held
-    while a model loads or encodes); its errors are pgembed errors."""
-    reply: Any = None
-    failure: PgembedError | None = None
-    while True:
-        try:
-            step = plan.send(reply) if failure is None else plan.throw(failure)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        reply, failure = None, None
-        try:
-            if isinstance(step, Fetch):
-                reply = _fetch(conn, step)
-            else:
-                reply = embed_query(step.spec, step.text)
-        except PgembedError as exc:
-            failure = exc  # the plan may handle it (see _in_one_space)
-
-
-async def execute_async(
-    conn: psycopg.AsyncConnection | AsyncConnectionPool[psycopg.AsyncConnection], plan: Plan[_T]
-) -> _T:
-    """The same on an async connection or pool; embedding runs in a thread, never on the event
-    loop."""
-    reply: Any = None
-    failure: PgembedError | None = None
-    while True:
-        try:
-            step = plan.send(reply) if failure is None else plan.throw(failure)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        reply, failure = None, None
-        try:
-            if isinstance(step, Fetch):
-                reply = await _fetch_async(conn, step)
-            else:
-                reply = await asyncio.to_thread(embed_query, step.spec, step.text)
-        except PgembedError as exc:
-            failure = exc
-
-
-_SET_EF_SEARCH: LiteralString = "SELECT set_config('pgembed.ef_search', %s, true)"
-
-
-def _fetch(conn: psycopg.Connection | ConnectionPool[psycopg.Connection], step: Fetch) -> list[Any]:
-    if isinstance(conn, ConnectionPool):
-        return _fetch_pooled(conn, step)
-    with errors():
-        if not step.transaction:
-            return _rows(conn, step)
-        with conn.transaction():
-            if step.ef_search is not None:
-                # The helpers' override: wins over the model's default, even pgvector's 40.
-                conn.execute(_SET_EF_SEARCH, (str(step.ef_search),))
-            return _rows(conn, step)
-
-
-def _fetch_pooled(
-    pool: ConnectionPool[psycopg.Connection], step: Fetch, retry: bool = True
-) -> list[Any]:
-    """On a connection of the pool. One found dead (the server restarted since it was last used)
-    costs no error: the pool replaces its dead connections and the statement (read-only) runs
-    again, once."""
-    with errors(), pool.connection() as borrowed:
-        try:
-            return _fetch(borrowed, step)
-        except DatabaseError:
-            if not (retry and borrowed.broken):
-                raise
-    with errors():
-        pool.check()
-    return _fetch_pooled(pool, step, retry=False)
-
-
-def _rows(conn: psycopg.Connection, step: Fetch) -> list[Any]:
-    if step.as_dicts:
-        with conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(step.statement, step.params).fetchall()
-    with conn.cursor() as tuples:
-        return tuples.execute(step.statement, step.params).fetchall()
-
-
-async def _fetch_async(
-    conn: psycopg.AsyncConnection | AsyncConnectionPool[psycopg.AsyncConnection], step: Fetch
-) -> list[Any]:
-    if isinstance(conn, AsyncConnectionPool):
-        return await _fetch_pooled_async(conn, step)
-    with errors():
-        if not step.transaction:
-            return await _rows_async(conn, step)
-        async with conn.transaction():
-            if step.ef_search is not None:
-                await conn.execute(_SET_EF_SEARCH, (str(step.ef_search),))
-            return await _rows_async(conn, step)
-
-
-async def _fetch_pooled_async(
-    pool: AsyncConnectionPool[psycopg.AsyncConnection], step: Fetch, retry: bool = True
-) -> list[Any]:
-    with errors():
-        async with pool.connection() as borrowed:
-            try:
-                return await _fetch_async(borrowed, step)
-            except DatabaseError:
-                if not (retry and borrowed.broken):
-                    raise
-    with errors():
-        await pool.check()
-    return await _fetch_pooled_async(pool, step, retry=False)
-
-
-async def _rows_async(conn: psycopg.AsyncConnection, step: Fetch) -> list[Any]:
-    if step.as_dicts:
-        async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(step.statement, step.params)
-            return await cur.fetchall()
-    async with conn.cursor() as tuples:
-        await tuples.execute(step.statement, step.params)
-        return await tuples.fetchall()
-
-
-# --- query vectors ----------------------------------------------------------------------------
-
-# Settings this process has embedded a query with: their model is loaded, so a search goes
-# straight to embedding (see _before_the_model).
-_warm: set[embedder.Settings] = set()
-
-
-def embed_query(spec: ModelSpec, text: str) -> Vectors:
-    """The query's vector with the model's exact settings; repeated texts come from an LRU cache."""
-    return _query_vector(models.settings_of(spec), text)
-
-
-@functools.lru_cache(maxsize=defaults.QUERY_CACHE_SIZE)
-def _query_vector(settings: embedder.Settings, text: str) -> Vectors:
-    vector = embedder.get(settings).encode_queries([text]).reshape(-1)
-    vector.flags.writeable = False  # shared by every caller that asks for this text
-    _warm.add(settings)
-    return vector
-
-
-def query_cache_info() -> functools._CacheInfo:
-    return _query_vector.cache_info()
 
 
 # --- plans ------------------------------------------------------------------------------------
@@ -364,7 +185,7 @@ def _before_the_model(spec: ModelSpec, *, fulltext: bool = False) -> Plan[None]:
     full-text index (hybrid), no vectors at all. Once the model is loaded, a search costs no
     extra statement: the helper reports a missing index, and an empty result is explained after
     the fact (_require_vectors)."""
-    if models.settings_of(spec) in _warm:
+    if models.settings_of(spec) in warm:
         return
     index = f"{_quoted(spec.table_schema)}.{_quoted(naming.fulltext_index_name(spec))}"
     statement = sql.SQL(
@@ -497,25 +318,6 @@ def parse_filter(text: str | None) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise UsageError('--filter must be a JSON object, e.g. \'{"rating": {"$gte": 4}}\'')
     return value
-
-
-@contextmanager
-def errors() -> Iterator[None]:
-    """The helpers' errors as pgembed errors: bad input is a usage error, a missing row NotFound."""
-    try:
-        yield
-    except psycopg.Error as exc:
-        raise translate(exc) from None
-
-
-def translate(exc: psycopg.Error) -> PgembedError:
-    state = exc.sqlstate or ""
-    message = db.first_line(exc)
-    if state.startswith("22"):  # data exceptions: a bad filter, k, vector or value
-        return UsageError(message)
-    if state in ("P0002", "42704", "55000"):  # no such row / model / full-text index
-        return NotFoundError(message)
-    return db.describe(exc)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from pgembed.errors import (
     SchemaError,
     UsageError,
 )
-from pgembed.search import helpers
+from pgembed.search import helpers, plan, vectors
 
 log = logging.getLogger("pgembed.serve")
 
@@ -127,7 +127,7 @@ def status_of(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, psycopg.OperationalError):  # connection lost, or none within the timeout
         return 503, f"database unavailable: {db.first_line(exc)}"
     if isinstance(exc, psycopg.Error):
-        exc = helpers.translate(exc)
+        exc = plan.translate(exc)
     if isinstance(exc, UsageError):
         return 400, str(exc)
     if isinstance(exc, NotFoundError):
@@ -176,7 +176,7 @@ class Api:
         for spec in self._specs:
             started = time.perf_counter()
             with embedder.light_encoder():
-                helpers.embed_query(spec, "warm up")
+                vectors.embed_query(spec, "warm up")
             self.loaded.append(spec.name)
             log.info("model %s ready in %.1f s", spec.name, time.perf_counter() - started)
 

@@ -21,7 +21,7 @@ from helpers import REVIEWS, cli, database_name
 from pgembed import db, migrate
 from pgembed.encode import embedder
 from pgembed.lifecycle import models
-from pgembed.search import helpers
+from pgembed.search import vectors
 
 QUERY = "phone battery does not last the day"
 VOLATILE = {"lag_seconds", "oldest_queued_seconds", "rows_per_second", "workers"}
@@ -121,7 +121,7 @@ def test_errors_that_need_no_model_come_before_it_loads(
     spec = pgembed.add_model("cold", "docs", "body", query_prefix="cold: ", database_url=db_url)
     settings = models.settings_of(spec)
     embedder._cache.pop(settings, None)  # add_model loaded it to check it: unload it again
-    assert settings not in helpers._warm
+    assert settings not in vectors.warm
     # The evidence: every model is had through embedder.get (loaded on its first call).
     asked: list[embedder.Settings] = []
     get = embedder.get
@@ -160,8 +160,8 @@ def test_errors_that_need_no_model_come_before_it_loads(
         # first, and the answers are the same.
         client.embed("cold", ["x"], queries=True)
         assert settings in asked and settings in embedder._cache
-        helpers.embed_query(spec, "warm")
-        assert settings in helpers._warm
+        vectors.embed_query(spec, "warm")
+        assert settings in vectors.warm
         with pytest.raises(pgembed.NotFoundError, match=no_index):
             client.hybrid_search("cold", "y")
         with pytest.raises(pgembed.NotFoundError, match=no_vectors):

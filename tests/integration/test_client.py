@@ -16,7 +16,7 @@ from pgembed.catalog import registry
 from pgembed.encode import embedder
 from pgembed.errors import NotFoundError, SchemaError, UsageError
 from pgembed.lifecycle import models
-from pgembed.search import helpers
+from pgembed.search import vectors
 from pgembed.sync import worker
 
 QUERY = "phone battery does not last the day"
@@ -101,11 +101,11 @@ def test_embed_uses_every_setting_of_the_model(reviews: psycopg.Connection, db_u
 
 def test_repeated_queries_come_from_the_cache(client: Client) -> None:
     text = "a query text nobody else asks: is the hinge sturdy?"
-    before = helpers.query_cache_info()
+    before = vectors.query_cache_info()
     first = client.search("minilm", text, k=3)
-    middle = helpers.query_cache_info()
+    middle = vectors.query_cache_info()
     second = client.search("minilm", text, k=3)
-    after = helpers.query_cache_info()
+    after = vectors.query_cache_info()
     assert middle.misses == before.misses + 1
     assert after.misses == middle.misses and after.hits == middle.hits + 1
     assert first == second

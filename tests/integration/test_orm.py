@@ -14,7 +14,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from pgembed.contrib import sqlalchemy as orm
 from pgembed.errors import NotFoundError, UsageError
-from pgembed.search import helpers
+from pgembed.search import vectors
 
 
 class Base(DeclarativeBase):
@@ -90,7 +90,7 @@ def test_nearest_with_where(session: Session) -> None:
     )
     assert len(hits) == 5
     assert all(isinstance(r, Review) and r.rating >= 4 for r, _ in hits)
-    q = helpers.embed_query(orm.model_spec(session, "minilm"), "battery dies fast")
+    q = vectors.embed_query(orm.model_spec(session, "minilm"), "battery dies fast")
     same = exact(
         session,
         "SELECT id, 1 - (embedding_minilm <=> :q) FROM reviews WHERE rating >= 4 "

@@ -16,7 +16,7 @@ from pgvector import Vector
 from helpers import cli, plans
 from pgembed import db
 from pgembed.catalog import registry
-from pgembed.search import helpers
+from pgembed.search import vectors
 
 BATTERY = "the battery dies before lunch"
 
@@ -34,7 +34,7 @@ def items(items_url: str) -> Iterator[psycopg.Connection]:
 
 
 def qvec(conn: psycopg.Connection, text: str) -> Vector:
-    return Vector(helpers.embed_query(registry.get(conn, "minilm"), text))
+    return Vector(vectors.embed_query(registry.get(conn, "minilm"), text))
 
 
 def random_query(seed: int = 1) -> Vector:

@@ -1,0 +1,189 @@
+"""Plans: a search as a generator of steps (`Fetch` a statement's rows, `Embed` a query text)
+that does no I/O itself, and the two drivers that run one: `execute` on a psycopg connection or
+pool, `execute_async` on an async one (which embeds in a thread, off the event loop). The plans
+themselves are in helpers.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Generator, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, LiteralString, TypeVar
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from pgembed import db
+from pgembed.catalog.registry import ModelSpec
+from pgembed.errors import DatabaseError, NotFoundError, PgembedError, UsageError
+from pgembed.search.vectors import embed_query
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """Run one statement and send back its rows (dicts with `as_dicts`). With `transaction`, it
+    runs in a transaction of its own, where `ef_search` (if given) is set for it alone."""
+
+    statement: LiteralString | sql.SQL | sql.Composed
+    params: Mapping[str, Any] | tuple[Any, ...] = ()
+    transaction: bool = False
+    ef_search: int | None = None
+    as_dicts: bool = False
+
+
+@dataclass(frozen=True)
+class Embed:
+    """Send back the query vector of `text` (CPU-bound: the async driver runs it in a thread)."""
+
+    spec: ModelSpec
+    text: str
+
+
+Plan = Generator[Fetch | Embed, Any, _T]
+
+
+def execute(conn: psycopg.Connection | ConnectionPool[psycopg.Connection], plan: Plan[_T]) -> _T:
+    """Run a plan on a connection, or on a pool's (borrowed for each statement, so none is held
+    while a model loads or encodes); its errors are pgembed errors."""
+    reply: Any = None
+    failure: PgembedError | None = None
+    while True:
+        try:
+            step = plan.send(reply) if failure is None else plan.throw(failure)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        reply, failure = None, None
+        try:
+            if isinstance(step, Fetch):
+                reply = _fetch(conn, step)
+            else:
+                reply = embed_query(step.spec, step.text)
+        except PgembedError as exc:
+            failure = exc  # the plan may handle it (see _in_one_space)
+
+
+async def execute_async(
+    conn: psycopg.AsyncConnection | AsyncConnectionPool[psycopg.AsyncConnection], plan: Plan[_T]
+) -> _T:
+    """The same on an async connection or pool; embedding runs in a thread, never on the event
+    loop."""
+    reply: Any = None
+    failure: PgembedError | None = None
+    while True:
+        try:
+            step = plan.send(reply) if failure is None else plan.throw(failure)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        reply, failure = None, None
+        try:
+            if isinstance(step, Fetch):
+                reply = await _fetch_async(conn, step)
+            else:
+                reply = await asyncio.to_thread(embed_query, step.spec, step.text)
+        except PgembedError as exc:
+            failure = exc
+
+
+_SET_EF_SEARCH: LiteralString = "SELECT set_config('pgembed.ef_search', %s, true)"
+
+
+def _fetch(conn: psycopg.Connection | ConnectionPool[psycopg.Connection], step: Fetch) -> list[Any]:
+    if isinstance(conn, ConnectionPool):
+        return _fetch_pooled(conn, step)
+    with errors():
+        if not step.transaction:
+            return _rows(conn, step)
+        with conn.transaction():
+            if step.ef_search is not None:
+                # The helpers' override: wins over the model's default, even pgvector's 40.
+                conn.execute(_SET_EF_SEARCH, (str(step.ef_search),))
+            return _rows(conn, step)
+
+
+def _fetch_pooled(
+    pool: ConnectionPool[psycopg.Connection], step: Fetch, retry: bool = True
+) -> list[Any]:
+    """On a connection of the pool. One found dead (the server restarted since it was last used)
+    costs no error: the pool replaces its dead connections and the statement (read-only) runs
+    again, once."""
+    with errors(), pool.connection() as borrowed:
+        try:
+            return _fetch(borrowed, step)
+        except DatabaseError:
+            if not (retry and borrowed.broken):
+                raise
+    with errors():
+        pool.check()
+    return _fetch_pooled(pool, step, retry=False)
+
+
+def _rows(conn: psycopg.Connection, step: Fetch) -> list[Any]:
+    if step.as_dicts:
+        with conn.cursor(row_factory=dict_row) as cur:
+            return cur.execute(step.statement, step.params).fetchall()
+    with conn.cursor() as tuples:
+        return tuples.execute(step.statement, step.params).fetchall()
+
+
+async def _fetch_async(
+    conn: psycopg.AsyncConnection | AsyncConnectionPool[psycopg.AsyncConnection], step: Fetch
+) -> list[Any]:
+    if isinstance(conn, AsyncConnectionPool):
+        return await _fetch_pooled_async(conn, step)
+    with errors():
+        if not step.transaction:
+            return await _rows_async(conn, step)
+        async with conn.transaction():
+            if step.ef_search is not None:
+                await conn.execute(_SET_EF_SEARCH, (str(step.ef_search),))
+            return await _rows_async(conn, step)
+
+
+async def _fetch_pooled_async(
+    pool: AsyncConnectionPool[psycopg.AsyncConnection], step: Fetch, retry: bool = True
+) -> list[Any]:
+    with errors():
+        async with pool.connection() as borrowed:
+            try:
+                return await _fetch_async(borrowed, step)
+            except DatabaseError:
+                if not (retry and borrowed.broken):
+                    raise
+    with errors():
+        await pool.check()
+    return await _fetch_pooled_async(pool, step, retry=False)
+
+
+async def _rows_async(conn: psycopg.AsyncConnection, step: Fetch) -> list[Any]:
+    if step.as_dicts:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(step.statement, step.params)
+            return await cur.fetchall()
+    async with conn.cursor() as tuples:
+        await tuples.execute(step.statement, step.params)
+        return await tuples.fetchall()
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    """The helpers' errors as pgembed errors: bad input is a usage error, a missing row NotFound."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise translate(exc) from None
+
+
+def translate(exc: psycopg.Error) -> PgembedError:
+    state = exc.sqlstate or ""
+    message = db.first_line(exc)
+    if state.startswith("22"):  # data exceptions: a bad filter, k, vector or value
+        return UsageError(message)
+    if state in ("P0002", "42704", "55000"):  # no such row / model / full-text index
+        return NotFoundError(message)
+    return db.describe(exc)
