@@ -99,7 +99,10 @@ def add_model(
     )
     with connection(database_url) as conn:
         if exist_ok and registry.exists(conn, name):
-            return _same_model(registry.get(conn, name), request)
+            spec = _same_model(registry.get(conn, name), request)
+            if fulltext:  # asked for now, perhaps not when it was added: build it if missing
+                lifecycle.fulltext(conn, name)
+            return spec
         return lifecycle.add(conn, request)[0]
 
 
@@ -115,6 +118,12 @@ def _same_model(spec: ModelSpec, request: lifecycle.AddRequest) -> ModelSpec:
         ("max_seq_length", request.max_seq_length, spec.max_seq_length),
         ("query_prefix", request.query_prefix, spec.query_prefix),
         ("document_prefix", request.document_prefix, spec.document_prefix),
+        # auto asks for nothing in particular: any precision the model was checked in is fine
+        (
+            "precision",
+            None if request.precision == "auto" else request.precision,
+            spec.precision_requested,
+        ),
     ]
     differ = [
         f"{name} {have!r}, not {want!r}" for name, want, have in pairs if want not in (None, have)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -39,16 +40,24 @@ def validate_url(url: str) -> str:
 
 
 def redact(url: str) -> str:
-    """The URL with any password replaced by '***'; safe to print or log."""
+    """The URL with any password replaced by '***'; safe to print or log.
+
+    Covers the user part (`user:secret@host`) and `password=` anywhere else: a query parameter
+    (`?password=secret`) or a keyword connection string (`host=h password=secret`).
+    """
+    masked = _PASSWORD_PARAM.sub(r"\1***", url)
     try:
-        parts = urlsplit(url)
+        parts = urlsplit(masked)
     except ValueError:
         return "<unparseable URL>"
     if parts.password is None:
-        return url
+        return masked
     userinfo, _, hostinfo = parts.netloc.rpartition("@")
     user = userinfo.split(":", 1)[0]
     return urlunsplit(parts._replace(netloc=f"{user}:***@{hostinfo}"))
+
+
+_PASSWORD_PARAM = re.compile(r"(\bpassword\s*=\s*)('[^']*'|[^&\s]*)", re.IGNORECASE)
 
 
 def home(*, create: bool = True) -> Path:

@@ -47,6 +47,9 @@ SWITCH_ATTEMPTS = 30
 
 # Query vectors a process keeps (one per distinct text and model settings).
 QUERY_CACHE_SIZE = 1024
+# The longest query text accepted: a model reads a few hundred word pieces (MiniLM: 256), and the
+# cache above keeps the texts, so a bound here bounds its memory (1024 x 10,000 characters).
+MAX_QUERY_CHARS = 10_000
 
 
 def batch_size(device: str) -> int:

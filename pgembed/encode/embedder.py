@@ -194,20 +194,36 @@ def _token_counter(tokenizer: Any) -> Callable[[list[str]], list[int]]:
 
 _cache: dict[Settings, Embedder] = {}
 _light_cache: dict[Settings, Embedder | None] = {}
-_cache_lock = threading.Lock()
+_cache_lock = threading.Lock()  # guards the dicts; held only to look up, never while loading
+_load_locks: dict[Settings, threading.Lock] = {}  # one model loads at a time per settings
 _light_wanted: ContextVar[bool] = ContextVar("pgembed_light_encoder", default=False)
 
 
 def get(settings: Settings) -> Embedder:
-    """One loaded model per settings per process (inside `light_encoder()`, maybe a light one)."""
+    """One loaded model per settings per process (inside `light_encoder()`, maybe a light one).
+
+    A model that is loading (seconds) blocks only the callers that want the same settings.
+    """
     with _cache_lock:
         embedder = _cache.get(settings)
+        loading = _load_locks.setdefault(settings, threading.Lock())
+    if embedder is not None:
+        return embedder
+    with loading:
+        with _cache_lock:
+            embedder = _cache.get(settings)
+            light_known = settings in _light_cache
         if embedder is None and _light_wanted.get():
-            if settings not in _light_cache:
-                _light_cache[settings] = _light_embedder(settings)
-            embedder = _light_cache[settings]
+            if not light_known:
+                built = _light_embedder(settings)
+                with _cache_lock:
+                    _light_cache[settings] = built
+            with _cache_lock:
+                embedder = _light_cache[settings]
         if embedder is None:
-            embedder = _cache[settings] = Embedder(settings)
+            embedder = Embedder(settings)
+            with _cache_lock:
+                _cache[settings] = embedder
         return embedder
 
 

@@ -20,6 +20,7 @@ from pgvector import Vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from pgembed import defaults
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode.embedder import Vectors
@@ -157,6 +158,17 @@ def require_text(text: str) -> None:
         raise UsageError(f"the query text must be a string, not {type(text).__name__}")
     if not text.strip():
         raise UsageError("the query text is empty")
+    if len(text) > defaults.MAX_QUERY_CHARS:
+        raise UsageError(
+            f"the query text has {len(text)} characters; at most {defaults.MAX_QUERY_CHARS} "
+            "(a model reads only its first few hundred word pieces)"
+        )
+    if "\x00" in text:
+        raise UsageError("the query text contains a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError("the query text is not valid Unicode (a lone surrogate)") from None
 
 
 def _in_one_space(spec: ModelSpec, attempt: Callable[[ModelSpec], Plan[_T]]) -> Plan[_T]:

@@ -182,7 +182,9 @@ def errors() -> Iterator[None]:
 def translate(exc: psycopg.Error) -> PgembedError:
     state = exc.sqlstate or ""
     message = db.first_line(exc)
-    if state.startswith("22"):  # data exceptions: a bad filter, k, vector or value
+    # Data exceptions (a bad filter, k, vector or value); psycopg's own DataError (e.g. a NUL in a
+    # text parameter) has no SQLSTATE.
+    if state.startswith("22") or isinstance(exc, psycopg.DataError):
         return UsageError(message)
     if state in ("P0002", "42704", "55000"):  # no such row / model / full-text index
         return NotFoundError(message)

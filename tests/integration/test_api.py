@@ -68,6 +68,17 @@ def test_migrate_add_sync_and_status_as_functions(empty_db_url: str) -> None:
         pgembed.add_model("notes", "notes", "body", database_url=url)
     with pytest.raises(pgembed.UsageError, match="pooling 'mean', not 'cls'"):
         pgembed.add_model("notes", "notes", "body", pooling="cls", exist_ok=True, database_url=url)
+    with pytest.raises(pgembed.UsageError, match="precision 'fp32', not 'int8'"):
+        pgembed.add_model(
+            "notes", "notes", "body", precision="int8", exist_ok=True, database_url=url
+        )
+    # fulltext asked for later: the index is built, the model is the same.
+    again = pgembed.add_model(
+        "notes", "notes", "body", fulltext=True, exist_ok=True, database_url=url
+    )
+    assert again == spec
+    with pgembed.Client(url) as client:
+        assert client.hybrid_search("notes", "apple pie", k=1)[0].key == 7
     with pytest.raises(pgembed.NotFoundError, match="unknown model 'ghost'"):
         pgembed.sync_once(["ghost"], url)
     with pgembed.Client(url) as client:

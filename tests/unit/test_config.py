@@ -34,3 +34,14 @@ def test_home_honours_pgembed_home(monkeypatch: pytest.MonkeyPatch, tmp_path) ->
     monkeypatch.setenv("PGEMBED_HOME", str(tmp_path / "h"))
     assert config.home() == (tmp_path / "h").resolve()
     assert (tmp_path / "h").is_dir()
+
+
+def test_passwords_in_query_strings_and_keyword_strings_are_masked() -> None:
+    assert config.redact("postgresql://h/db?password=secret&sslmode=require") == (
+        "postgresql://h/db?password=***&sslmode=require"
+    )
+    assert "secret" not in config.redact("host=h password=secret dbname=x")
+    assert "s3cr" not in config.redact("postgresql://bob:s3cr@h/db?password=s3cr")
+    with pytest.raises(ConfigError) as err:
+        config.validate_url("host=h password=secret")
+    assert "secret" not in str(err.value)
