@@ -7,7 +7,8 @@ checkpoints this module can
 reproduce, it computes that vector with torch alone and the `tokenizers` library, from the
 checkpoint's own files, op for op as transformers' BertModel and sentence-transformers' Pooling
 and Normalize do (same kernels, same order, same dtype: fp32, bf16 or fp16 as the model's
-precision says). Reproducible means: a BERT encoder with safetensors weights, read by
+precision says). Reproducible means: a BERT encoder with float32 safetensors weights and sdpa
+attention, a BertTokenizer whose tokenizer_config.json settings match tokenizer.json's, read by
 sentence-transformers as Transformer -> Pooling (mean, cls or max) [-> Normalize], without a
 default prompt or lower-casing of its own. tests/integration/test_light_encoder.py compares the
 vectors with the sentence-transformers path's. `load` returns None for anything else (int8,
@@ -44,6 +45,7 @@ _LEGACY_POOLING = {  # sentence-transformers' legacy flags, in its order of prec
 _POOLINGS = ("mean", "cls", "max")
 _PRECISIONS = ("fp32", "bf16", "fp16")  # int8 (quantized Linear layers) is not reproduced here
 _SENTENCE_BERT_KEYS = {"max_seq_length", "do_lower_case"}
+_TOKENIZER_CLASSES = (None, "BertTokenizer", "BertTokenizerFast")
 
 
 class Unsupported(Exception):
@@ -199,6 +201,8 @@ def _load(
     if not isinstance(length, int) or not 0 < length <= shape.positions:
         raise Unsupported(f"max_seq_length {length!r}")
 
+    _require_tokenizer(directory)
+
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
@@ -242,6 +246,13 @@ def _shape(config: Mapping[str, Any]) -> Shape:
         "position_embedding_type": config.get("position_embedding_type", "absolute") == "absolute",
         "is_decoder": not config.get("is_decoder", False),
         "add_cross_attention": not config.get("add_cross_attention", False),
+        # transformers' default, which _forward reproduces (eager attention differs in rounding)
+        "attn_implementation": all(
+            config.get(key) in (None, "sdpa")
+            for key in ("attn_implementation", "_attn_implementation")
+        ),
+        # dtype="auto" would load the weights in this dtype; _weights checks theirs
+        "dtype": all(config.get(key) in (None, "float32") for key in ("dtype", "torch_dtype")),
     }
     failed = [name for name, ok in checks.items() if not ok]
     if failed:
@@ -256,6 +267,41 @@ def _shape(config: Mapping[str, Any]) -> Shape:
     if shape.hidden % shape.heads:
         raise Unsupported("hidden_size is not a multiple of num_attention_heads")
     return shape
+
+
+def _require_tokenizer(directory: Path) -> None:
+    """Checks tokenizer.json normalizes text as transformers' BertTokenizer will: transformers
+    rebuilds the normalizer from tokenizer_config.json's settings (or their defaults), not from
+    tokenizer.json's, and this module reads only tokenizer.json."""
+    settings = _json(directory / "tokenizer_config.json", missing_ok=True)
+    if settings.get("tokenizer_class") not in _TOKENIZER_CLASSES:
+        raise Unsupported(f"tokenizer_class {settings.get('tokenizer_class')!r}")
+    lowercase = settings.get("do_lower_case", True)
+    want = {
+        "clean_text": True,
+        "lowercase": lowercase,
+        "strip_accents": _strips_accents(settings.get("strip_accents"), lowercase),
+        "handle_chinese_chars": settings.get("tokenize_chinese_chars", True),
+    }
+    normalizer = _json(directory / "tokenizer.json").get("normalizer")
+    if not isinstance(normalizer, dict) or normalizer.get("type") != "BertNormalizer":
+        raise Unsupported("tokenizer.json's normalizer is not a BertNormalizer")
+    have = {
+        "clean_text": normalizer.get("clean_text", True),
+        "lowercase": normalizer.get("lowercase", True),
+        "strip_accents": _strips_accents(
+            normalizer.get("strip_accents"), normalizer.get("lowercase", True)
+        ),
+        "handle_chinese_chars": normalizer.get("handle_chinese_chars", True),
+    }
+    differ = [key for key in want if want[key] is not have[key]]
+    if differ:
+        raise Unsupported(f"tokenizer.json and tokenizer_config.json differ on {differ}")
+
+
+def _strips_accents(strip_accents: Any, lowercase: Any) -> Any:
+    """BertNormalizer's rule: no strip_accents setting means strip them when lower-casing."""
+    return lowercase if strip_accents is None else strip_accents
 
 
 def _pooling_of(config: Mapping[str, Any]) -> str:
@@ -278,9 +324,14 @@ def _weights(path: Path, shape: Shape, precision: str) -> dict[str, Any]:
     from safetensors.torch import load_file
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    stored = load_file(str(path))
+    # transformers loads with dtype="auto": a half-precision checkpoint would run in its dtype
+    halves = {str(t.dtype) for t in stored.values() if t.is_floating_point()} - {"torch.float32"}
+    if halves:
+        raise Unsupported(f"weights stored as {sorted(halves)}, not float32")
     tensors = {
         name.removeprefix("bert."): tensor.to(dtype) if tensor.is_floating_point() else tensor
-        for name, tensor in load_file(str(path)).items()
+        for name, tensor in stored.items()
     }
     _require_weights(tensors, shape)
     return tensors

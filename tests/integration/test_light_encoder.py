@@ -119,3 +119,69 @@ def test_checkpoints_it_cannot_reproduce(tmp_path: Path) -> None:
 
     (directory / "model.safetensors").unlink()
     assert light.load(directory, None, None, True) is None
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"do_lower_case": False},  # transformers rebuilds the normalizer from these settings
+        {"strip_accents": False},
+        {"tokenize_chinese_chars": False},
+        {"tokenizer_class": "RobertaTokenizer"},
+    ],
+    ids=lambda s: next(iter(s)),
+)
+def test_tokenizer_settings_it_does_not_follow(tmp_path: Path, settings: dict[str, object]) -> None:
+    directory = checkpoint_copy(tmp_path)
+    edit_json(directory / "tokenizer_config.json", **settings)
+    assert light.load(directory, None, None, True) is None
+
+
+def test_tokenizer_json_must_match_the_default_settings(tmp_path: Path) -> None:
+    directory = checkpoint_copy(tmp_path)
+    tokenizer = json.loads((directory / "tokenizer.json").read_text())
+    tokenizer["normalizer"]["lowercase"] = False
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    del config["do_lower_case"]  # transformers' default: lower-case
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    assert light.load(directory, None, None, True) is None
+    edit_json(directory / "tokenizer_config.json", do_lower_case=False)  # now they agree
+    assert light.load(directory, None, None, True) is not None
+    (directory / "tokenizer_config.json").unlink()  # defaults again: lower-case
+    assert light.load(directory, None, None, True) is None
+
+    tokenizer["normalizer"] = {"type": "Lowercase"}
+    (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
+    assert light.load(directory, None, None, True) is None
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_weights_take_the_full_path(tmp_path: Path, dtype: str) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    directory = checkpoint_copy(tmp_path)
+    path = directory / "model.safetensors"
+    half = {name: t.to(getattr(torch, dtype)) for name, t in load_file(str(path)).items()}
+    save_file(half, str(path), metadata={"format": "pt"})
+    for precision in ("fp32", "bf16", "fp16"):  # transformers would run them in their dtype
+        assert light.load(directory, None, None, True, precision) is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"attn_implementation": "eager"},
+        {"_attn_implementation": "flash_attention_2"},
+        {"torch_dtype": "float16"},
+        {"dtype": "bfloat16"},
+    ],
+    ids=lambda c: next(iter(c)),
+)
+def test_config_settings_it_does_not_follow(tmp_path: Path, change: dict[str, object]) -> None:
+    directory = checkpoint_copy(tmp_path)
+    edit_json(directory / "config.json", attn_implementation="sdpa", torch_dtype="float32")
+    assert light.load(directory, None, None, True) is not None
+    edit_json(directory / "config.json", **change)
+    assert light.load(directory, None, None, True) is None
