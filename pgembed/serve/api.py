@@ -1,9 +1,11 @@
 """The search API without HTTP: a request's JSON -> hits, the models served, health; and the
 HTTP status of every error (400 bad input, 404 unknown model or key, 503 database down).
 
-Searches go through search/helpers.py, exactly as `pgembed query` and the Client do, on
-connections borrowed from a pool; queries are encoded by the light encoder where it reproduces
-the model (encode/light.py: the same vectors, without sentence-transformers' per-call work).
+Searches are search/helpers.py's plans, run by plan.execute on the pool as the Client runs
+them: a connection is borrowed for each statement, never held while a model loads or a query is
+encoded, and one found dead is replaced and the statement run again. Queries are encoded by the
+light encoder where it reproduces the model (encode/light.py: the same vectors, without
+sentence-transformers' per-call work).
 `warm` loads the models before the server takes requests, so the first request is as fast as
 the others.
 """
@@ -13,11 +15,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from pgembed import db, migrate
 from pgembed.catalog import registry
@@ -34,16 +37,12 @@ from pgembed.search import helpers, plan, vectors
 
 log = logging.getLogger("pgembed.serve")
 
-_T = TypeVar("_T")
-
 MAX_K = 1000  # as `pgembed query -k`
 # Waiting longer than this for a connection means the database is down (or every connection
 # busy for that long): the request gets a 503 instead of hanging.
 ACQUIRE_TIMEOUT = 5.0
-# A pooled connection found dead (the server restarted since it was last used) is replaced and
-# the search tried again, at most this many times.
-RETRIES_ON_DEAD_CONNECTION = 2
-# Connections the server opens at most; requests beyond it wait for one (ACQUIRE_TIMEOUT).
+# Connections the server opens at most; a statement beyond it waits for one (ACQUIRE_TIMEOUT).
+# A connection is held for one statement at a time, never while a query is encoded.
 POOL_SIZE = 8
 
 _FIELDS = {"text", "model", "k", "filter", "hybrid", "similar_to", "ef_search"}
@@ -128,6 +127,10 @@ def status_of(exc: BaseException) -> tuple[int, str]:
         return 503, f"database unavailable: {db.first_line(exc)}"
     if isinstance(exc, psycopg.Error):
         exc = plan.translate(exc)
+    if isinstance(exc, DatabaseError) and isinstance(exc.__context__, psycopg.OperationalError):
+        return 503, f"database unavailable: {db.first_line(exc.__context__)}"  # via plan.errors
+    if isinstance(exc, RecursionError):  # a filter nested too deeply to encode
+        return 400, "the request is nested too deeply"
     if isinstance(exc, UsageError):
         return 400, str(exc)
     if isinstance(exc, NotFoundError):
@@ -160,7 +163,6 @@ class Api:
 
     def __init__(self, url: str, models: Sequence[str] = ()) -> None:
         self._only = tuple(models)
-        self.acquire_timeout = ACQUIRE_TIMEOUT
         with db.connection(url) as conn:
             migrate.require_current(conn)
             self._specs = [registry.get(conn, name) for name in self._only] or _servable(conn)
@@ -169,7 +171,16 @@ class Api:
                 raise UsageError(f"model {spec.name!r} is a reindex's shadow: serve the model")
         self.loaded: list[str] = []
         self._pool = db.pool(url, POOL_SIZE)
+        self._pool.timeout = ACQUIRE_TIMEOUT  # what plan.execute waits for a connection
         self._pool.open()
+
+    @property
+    def acquire_timeout(self) -> float:
+        return self._pool.timeout
+
+    @acquire_timeout.setter
+    def acquire_timeout(self, seconds: float) -> None:
+        self._pool.timeout = seconds
 
     def warm(self) -> None:
         """Load each model and encode a first query, so the first request is as fast as any."""
@@ -189,7 +200,7 @@ class Api:
         self._require_served(request.model)
         started = time.perf_counter()
         with embedder.light_encoder():  # one query at a time: see encode/light.py
-            hits = self._on_connection(lambda conn: _run(conn, request))
+            hits = plan.execute(self._pool, _search_plan(request))
         return {
             "model": request.model,
             "hits": [dataclasses.asdict(hit) for hit in hits],
@@ -198,18 +209,16 @@ class Api:
 
     def models(self) -> dict[str, Any]:
         """GET /models."""
-        specs = self._on_connection(self._served)
-        return {"models": [model_info(spec) for spec in specs]}
+        rows = plan.execute(self._pool, _fetch_plan(plan.Fetch(_ALL_MODELS, as_dicts=True)))
+        specs = [registry.found(row["name"], row) for row in rows]
+        if self._only:
+            specs = [spec for spec in specs if spec.name in self._only]
+        return {"models": [model_info(spec) for spec in specs if spec.shadow_of is None]}
 
     def health(self) -> dict[str, Any]:
         """GET /healthz: the database answers."""
-        self._on_connection(lambda conn: conn.execute("SELECT 1").fetchall())
+        plan.execute(self._pool, _fetch_plan(plan.Fetch("SELECT 1")))
         return {"status": "ok", "models": self.loaded}
-
-    def _served(self, conn: psycopg.Connection) -> list[ModelSpec]:
-        if self._only:
-            return [s for s in registry.all_models(conn) if s.name in self._only]
-        return _servable(conn)
 
     def _require_served(self, name: str) -> None:
         if self._only and name not in self._only:
@@ -217,33 +226,35 @@ class Api:
                 f"unknown model {name!r}: this server serves {', '.join(self._only)}"
             )
 
-    def _on_connection(self, work: Callable[[psycopg.Connection], _T]) -> _T:
-        attempt = 0
-        while True:
-            with self._pool.connection(timeout=self.acquire_timeout) as conn:
-                try:
-                    return work(conn)
-                except (PgembedError, psycopg.Error):
-                    if not conn.broken or attempt >= RETRIES_ON_DEAD_CONNECTION:
-                        raise
-            attempt += 1  # it died idle (the database restarted): once more, on another one
-            log.info("a pooled connection was dead: retrying on another")
+
+# Every model's catalog row (registry.BY_NAME's columns), by name.
+_ALL_MODELS = sql.SQL("SELECT {} FROM pgembed.models ORDER BY name").format(
+    sql.SQL(", ").join(sql.Identifier(f.name) for f in dataclasses.fields(ModelSpec))
+)
 
 
 def _servable(conn: psycopg.Connection) -> list[ModelSpec]:
     return [spec for spec in registry.all_models(conn) if spec.shadow_of is None]
 
 
-def _run(
-    conn: psycopg.Connection, request: SearchRequest
-) -> list[helpers.Hit] | list[helpers.HybridHit]:
-    spec = registry.get(conn, request.model)
+def _fetch_plan(step: plan.Fetch) -> plan.Plan[list[Any]]:
+    rows: list[Any] = yield step
+    return rows
+
+
+def _search_plan(request: SearchRequest) -> plan.Plan[list[helpers.Hit] | list[helpers.HybridHit]]:
+    """The helpers' plan for the request (as helpers.run picks it), on the model's current row."""
+    spec = yield from helpers.spec_plan(request.model)
     if spec.shadow_of is not None:
         raise NotFoundError(f"unknown model {request.model!r}: it is a reindex's shadow")
-    options: dict[str, Any] = {"ef_search": request.ef_search}
+    k, filter, ef_search = request.k, request.filter, request.ef_search
     if request.similar_to is not None:
-        return helpers.similar(conn, spec, request.similar_to, request.k, request.filter, **options)
+        return (
+            yield from helpers.similar_plan(
+                spec, request.similar_to, k, filter, ef_search=ef_search
+            )
+        )
     assert request.text is not None  # parse_search checks it
     if request.hybrid:
-        return helpers.hybrid(conn, spec, request.text, request.k, request.filter, **options)
-    return helpers.query(conn, spec, request.text, request.k, request.filter, **options)
+        return (yield from helpers.hybrid_plan(spec, request.text, k, filter, ef_search=ef_search))
+    return (yield from helpers.query_plan(spec, request.text, k, filter, ef_search=ef_search))

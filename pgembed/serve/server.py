@@ -2,18 +2,24 @@
 of an Api. JSON in and out; every error is {"error": "one line"} with its status, never a
 traceback; one log line per request (method, path, status, milliseconds) at INFO.
 
+Bound to a loopback address, it answers only requests whose Host is localhost, 127.0.0.1, [::1]
+or the address it was given (else 421): a web page whose name was rebound to 127.0.0.1 (DNS
+rebinding) cannot read it as same-origin.
+
 Routes: POST /search, GET /models, GET /healthz, GET / (the search page).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import logging
 import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -25,6 +31,8 @@ log = logging.getLogger("pgembed.serve")
 
 MAX_BODY = 1 << 20  # bytes: a search request is a few hundred
 IDLE_SECONDS = 30  # a keep-alive connection with no request for this long is closed
+STOP_WAIT_SECONDS = 10  # `stop` waits this long at most for the requests in flight
+_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
 _ROUTES = {"/search": "POST", "/models": "GET", "/healthz": "GET", "/": "GET"}
 
@@ -65,20 +73,28 @@ class Handler(BaseHTTPRequestHandler):
     def _answer(self, method: str) -> None:
         started = time.perf_counter()
         path = self.path.split("?", 1)[0]
-        try:
-            reply = self._route(method, path)
-        except Exception as exc:
-            status, message = status_of(exc)
-            if status == 500 and not isinstance(exc, ApiError):
-                log.error("%s %s failed", method, path, exc_info=True)
-            reply = error_reply(status, message)
-        log.info(  # before the reply goes out: a client that has it finds the line logged
-            "%s %s %d %.1fms", method, path, reply.status, (time.perf_counter() - started) * 1000
-        )
-        self._send(reply, head=method == "HEAD")
+        with self.server.in_flight():
+            try:
+                reply = self._route(method, path)
+            except Exception as exc:
+                status, message = status_of(exc)
+                if status == 500 and not isinstance(exc, ApiError):
+                    log.error("%s %s failed", method, path, exc_info=True)
+                reply = error_reply(status, message)
+            log.info(  # before the reply goes out: a client that has it finds the line logged
+                "%s %s %d %.1fms",
+                method,
+                path,
+                reply.status,
+                (time.perf_counter() - started) * 1000,
+            )
+            self._send(reply, head=method == "HEAD")
 
     def _route(self, method: str, path: str) -> Reply:
         api = self.server.api
+        if not self.server.host_allowed(self.headers.get("Host")):
+            self.close_connection = True  # its body is not read
+            return error_reply(421, "this server answers only for localhost (see docs/serve.md)")
         if (method, path) == ("POST", "/search"):
             return json_reply(200, api.search(self._json_body()))
         self._discard_body()
@@ -98,7 +114,9 @@ class Handler(BaseHTTPRequestHandler):
         body = self._read_body()
         try:
             return json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except RecursionError:
+            raise ApiError(400, "the body is not valid JSON: it is nested too deeply") from None
+        except ValueError as exc:  # not UTF-8 (UnicodeDecodeError), not JSON (JSONDecodeError)
             raise ApiError(400, f"the body is not valid JSON: {exc}") from None
 
     def _read_body(self) -> bytes:
@@ -167,6 +185,38 @@ class SearchServer(ThreadingHTTPServer):
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__((host, port), Handler)
+        self._busy = 0
+        self._idle = threading.Condition()
+        bound = str(self.server_address[0])
+        self._hosts: frozenset[str] | None = None  # None: any Host (not bound to a loopback)
+        if _is_loopback(host) or _is_loopback(bound):
+            names = (*_LOOPBACK_NAMES, host, bound)
+            self._hosts = frozenset(
+                f"[{n.lower()}]" if ":" in n and not n.startswith("[") else n.lower() for n in names
+            )
+
+    def host_allowed(self, header: str | None) -> bool:
+        """Whether a request with this Host header is answered (the port does not matter)."""
+        if self._hosts is None:
+            return True
+        if header is None:
+            return False
+        name = header.strip().lower()  # "[::1]:8765" -> "[::1]", "localhost:8765" -> "localhost"
+        bracketed = name.startswith("[") and "]" in name
+        name = name.partition("]")[0] + "]" if bracketed else name.partition(":")[0]
+        return name in self._hosts
+
+    @contextlib.contextmanager
+    def in_flight(self) -> Iterator[None]:
+        """Around a request: `stop` waits for those inside."""
+        with self._idle:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
 
     @property
     def port(self) -> int:
@@ -193,6 +243,20 @@ class SearchServer(ThreadingHTTPServer):
             log.error("client %s: %s", client_address, error, exc_info=True)
 
     def stop(self) -> None:
-        """Stop accepting, then close the socket (requests in flight finish on their threads)."""
+        """Stop accepting, wait for the requests in flight to be answered (STOP_WAIT_SECONDS at
+        most), then close the socket; the Api (its pool) can be closed after. Idle keep-alive
+        connections are not waited for (their threads are daemons)."""
         self.shutdown()
+        with self._idle:
+            if not self._idle.wait_for(lambda: self._busy == 0, timeout=STOP_WAIT_SECONDS):
+                log.warning("stopping with %d requests still unanswered", self._busy)
         self.server_close()
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -23,7 +23,8 @@ from helpers import REVIEWS, database_name, with_database
 from pgembed import db
 from pgembed.catalog import registry
 from pgembed.lifecycle import models
-from pgembed.search import helpers
+from pgembed.search import helpers, plan, vectors
+from pgembed.serve import api as serve_api
 from pgembed.serve.api import Api
 from pgembed.serve.server import SearchServer
 from pgembed.sync import worker
@@ -192,6 +193,11 @@ def test_errors_outside_search_are_json_too(server: SearchServer) -> None:
     assert status == 400 and answer["error"].startswith("the body is not valid JSON")
     status, answer = call(f"{url}/search", raw=b"\xff\xfe")
     assert status == 400 and answer["error"].startswith("the body is not valid JSON")
+    status, answer = call(f"{url}/search", raw=b"[" * 100_000)  # RecursionError in json
+    assert (status, answer) == (
+        400,
+        {"error": "the body is not valid JSON: it is nested too deeply"},
+    )
     assert call(f"{url}/nope")[0] == 404
     assert call(f"{url}/search") == (405, {"error": "/search takes POST"})
     assert call(f"{url}/models", {"text": "x"}) == (405, {"error": "/models takes GET"})
@@ -363,3 +369,66 @@ def test_one_keep_alive_connection_through_errors(server: SearchServer) -> None:
             assert response.getheader("Connection") != "close"
     finally:
         conn.close()
+
+
+def test_a_foreign_host_is_421(server: SearchServer) -> None:
+    """DNS rebinding: a page of evil.example resolved to 127.0.0.1 sends its own name as Host."""
+    for host in ("evil.example", f"evil.example:{server.port}", "127.0.0.1.evil.example"):
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=TIMEOUT)
+        try:
+            conn.request("GET", "/models", headers={"Host": host})
+            response = conn.getresponse()
+            answer = json.loads(response.read())
+            assert response.status == 421 and set(answer) == {"error"}, answer
+            assert "\n" not in answer["error"]
+        finally:
+            conn.close()
+    for host in ("localhost", f"localhost:{server.port}", f"127.0.0.1:{server.port}", "[::1]"):
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=TIMEOUT)
+        try:
+            conn.request("GET", "/healthz", headers={"Host": host})
+            response = conn.getresponse()
+            assert response.status == 200, response.read()
+            response.read()
+        finally:
+            conn.close()
+    assert call(f"{server.url}/search", {"text": "x", "model": "minilm", "k": 1})[0] == 200
+
+
+def test_no_connection_is_held_while_a_query_is_encoded(
+    shop_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one connection in the pool, a search stuck in encoding (a model loading) leaves it
+    free for other requests; `stop` waits for the search in flight."""
+    monkeypatch.setattr(serve_api, "POOL_SIZE", 1)
+    encoding, release = threading.Event(), threading.Event()
+    real = vectors.embed_query
+
+    def slow(spec: registry.ModelSpec, text: str) -> Any:
+        encoding.set()
+        release.wait(TIMEOUT)
+        return real(spec, text)
+
+    monkeypatch.setattr(plan, "embed_query", slow)
+    api = Api(shop_url)
+    api.acquire_timeout = 2.0
+    served = SearchServer(api, "127.0.0.1", 0)
+    served.start()
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            body = {"text": "battery", "model": "minilm", "k": 2}
+            searching = pool.submit(call, f"{served.url}/search", body)
+            assert encoding.wait(TIMEOUT)
+            assert call(f"{served.url}/healthz")[0] == 200
+            assert call(f"{served.url}/models")[0] == 200
+            stopping = pool.submit(served.stop)
+            threading.Event().wait(0.5)
+            assert not stopping.done() and not searching.done()
+            release.set()
+            status, answer = searching.result(TIMEOUT)
+            stopping.result(TIMEOUT)
+        assert status == 200 and len(answer["hits"]) == 2
+    finally:
+        release.set()
+        served.server_close()
+        api.close()
