@@ -7,7 +7,10 @@ Every database here, template or clone, comes from helpers.database and is dropp
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import psycopg
@@ -21,13 +24,17 @@ from pgembed.lifecycle import models
 
 
 @pytest.fixture(scope="session")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_url() -> Iterator[str]:
     explicit = os.environ.get("PGEMBED_TEST_DATABASE_URL")
     if explicit:
         yield explicit
         return
-    home = tmp_path_factory.mktemp("pgembed-home")
-    os.environ["PGEMBED_HOME"] = str(home)
+    # Not under pytest's base temp directory: a second pytest session on the machine deletes all
+    # but the newest three of those, the running server's data directory with them. Removed at
+    # exit, after the wheel's own exit handler (registered later, so run earlier) stops it.
+    home = tempfile.mkdtemp(prefix="pgembed-test-home-")
+    atexit.register(shutil.rmtree, home, True)
+    os.environ["PGEMBED_HOME"] = home
     for var in ("PGEMBED_DATABASE_URL", "DATABASE_URL"):
         os.environ.pop(var, None)
     from pgembed import embedded
