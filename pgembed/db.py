@@ -64,17 +64,7 @@ def pool(url: str, max_size: int = defaults.POOL_MAX_SIZE) -> ConnectionPool[psy
     It keeps one connection, grows to `max_size` under load and shrinks back when idle; its
     background threads start with `open()` and end with `close()`.
     """
-    check_pool_size(max_size)
-    return ConnectionPool(
-        url,
-        kwargs=_connect_options(),
-        min_size=1,
-        max_size=max_size,
-        open=False,
-        timeout=defaults.POOL_WAIT_SECONDS,
-        configure=register_vector,
-        name="pgembed",
-    )
+    return ConnectionPool(url, configure=register_vector, name="pgembed", **_pool_options(max_size))
 
 
 def async_pool(
@@ -82,22 +72,27 @@ def async_pool(
 ) -> AsyncConnectionPool[psycopg.AsyncConnection]:
     """The same for asyncio: autocommit `psycopg.AsyncConnection`s with pgvector's types; opened
     (inside the event loop) with `await pool.open()`."""
-    check_pool_size(max_size)
+    options = _pool_options(max_size)
     return AsyncConnectionPool(
-        url,
-        kwargs=_connect_options(),
-        min_size=1,
-        max_size=max_size,
-        open=False,
-        timeout=defaults.POOL_WAIT_SECONDS,
-        configure=register_vector_async,
-        name="pgembed-async",
+        url, configure=register_vector_async, name="pgembed-async", **options
     )
 
 
 def check_pool_size(max_size: int) -> None:
     if max_size < 1:
         raise UsageError(f"max_connections must be at least 1, not {max_size}")
+
+
+def _pool_options(max_size: int) -> dict[str, Any]:
+    """What both pools share: autocommit connections, one kept, `max_size` at most, opened later."""
+    check_pool_size(max_size)
+    return {
+        "kwargs": _connect_options(),
+        "min_size": 1,
+        "max_size": max_size,
+        "open": False,
+        "timeout": defaults.POOL_WAIT_SECONDS,
+    }
 
 
 def _connect_options() -> dict[str, Any]:

@@ -11,7 +11,7 @@ from psycopg.rows import dict_row
 from pgembed import sqlfiles
 from pgembed.errors import NotFoundError
 
-POOLINGS = ("mean", "cls", "max")
+POOLINGS = ("mean", "cls", "max")  # the poolings a model may have (CLI choices, encoders)
 
 
 @dataclass(frozen=True)

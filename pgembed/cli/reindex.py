@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -15,7 +13,7 @@ from tqdm import tqdm
 from pgembed import defaults
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
-from pgembed.cli.app import App
+from pgembed.cli.app import App, stopping
 from pgembed.errors import UsageError
 from pgembed.lifecycle import indexbuild, reindex
 
@@ -124,7 +122,7 @@ def reindex_cmd(app: App, /, name: str, index_only: bool, abort: bool, **kw: Any
 def run_reindex(app: App, name: str, options: reindex.Options) -> None:
     with _Bars() as reporter:
         runner = reindex.Reindex(app.url, name, options, reporter)
-        with _stopping(runner.stop):
+        with stopping(runner.stop):
             spec = runner.run()
     if spec is None:
         click.echo(
@@ -142,7 +140,7 @@ def _rebuild_index(app: App, name: str, kw: dict[str, Any]) -> None:
     with _Bars() as reporter:
         reporter.phase("building index")
         stop = threading.Event()
-        with _stopping(stop.set):
+        with stopping(stop.set):
             spec = indexbuild.rebuild(
                 app.url, name, kw["m"], kw["ef_construction"], options.build, reporter.index, stop
             )
@@ -159,21 +157,6 @@ def describe(spec: ModelSpec) -> str:
     return (
         f"{spec.model_ref}, {spec.pooling} pooling, {spec.dimensions} dimensions, {spec.precision}"
     )
-
-
-@contextmanager
-def _stopping(stop: Callable[[], None]) -> Iterator[None]:
-    """SIGINT/SIGTERM ask for a clean stop (a rerun resumes); the old handlers come back after."""
-
-    def handler(_signum: int, _frame: object) -> None:
-        stop()
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 class _Bars(reindex.Reporter):

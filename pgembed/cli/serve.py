@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from functools import partial
 
 import click
 
-from pgembed.cli.app import App, pass_app
+from pgembed.cli.app import App, pass_app, stopping
 from pgembed.cli.logs import setup_logging
 from pgembed.errors import ConfigError
 
@@ -59,28 +60,22 @@ def serve_cmd(
             server = SearchServer(api, host, port)
         except OSError as exc:
             raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-        stop = _stop_on_signals()
-        api.warm()  # after binding: a port in use fails before the seconds of loading models
-        server.start()
-        click.echo(f"serving {server.url}")
-        while not stop.wait(1.0):
-            pass
-        log.info("stopping: a signal came")
-        server.stop()
+        stop = threading.Event()
+        with stopping(partial(_stop_once, stop)):
+            api.warm()  # after binding: a port in use fails before the seconds of loading models
+            server.start()
+            click.echo(f"serving {server.url}")
+            while not stop.wait(1.0):
+                pass
+            log.info("stopping: a signal came")
+            server.stop()
     finally:
         api.close()
     log.info("stopped")
 
 
-def _stop_on_signals() -> threading.Event:
-    """SIGINT/SIGTERM set the event (a clean stop, exit 0); a second one ends the process."""
-    stop = threading.Event()
-
-    def handler(signum: int, _frame: object) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, signal.SIG_DFL)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-    return stop
+def _stop_once(stop: threading.Event) -> None:
+    """The first SIGINT/SIGTERM is a clean stop (exit 0); a second one ends the process."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+    stop.set()

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-from collections.abc import Callable
+from functools import partial
 
 import click
 
 from pgembed import defaults
 from pgembed.catalog import registry
-from pgembed.cli.app import App, pass_app
+from pgembed.cli.app import App, pass_app, stopping
 from pgembed.cli.logs import setup_logging
 from pgembed.cli.progress import progress_bar
 from pgembed.encode import hardware
@@ -91,8 +90,8 @@ def sync_cmd(
         total = store.queued_count(conn, names) if once else None
     with progress_bar(total, "embedding", enabled=once) as advance:
         w = worker.Worker(url, options, on_progress=lambda _model, n: advance(n))
-        _stop_on_signals(w.stop)
-        stats = w.run()
+        with stopping(partial(_finish, w)):
+            stats = w.run()
     click.echo(
         f"synced: {stats.written} written, {stats.skipped} skipped, {stats.failed} failed",
         err=not once,
@@ -104,13 +103,9 @@ def sync_cmd(
             click.echo(f"{waiting} rows wait for a retry after a failure: see `pgembed status`")
 
 
-def _stop_on_signals(stop: Callable[[], None]) -> None:
-    def handler(signum: int, _frame: object) -> None:
-        logging.getLogger("pgembed.sync").info("signal %d: finishing the current batch", signum)
-        stop()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
+def _finish(w: worker.Worker) -> None:
+    logging.getLogger("pgembed.sync").info("signal: finishing the current batch")
+    w.stop()
 
 
 @click.command("retry")

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pgembed import defaults
+from pgembed.catalog.registry import POOLINGS
 from pgembed.encode import batches, convert, light
 from pgembed.errors import ModelLoadError, UsageError
 
@@ -248,7 +249,7 @@ def light_encoder() -> Iterator[None]:
 def _light_embedder(settings: Settings) -> Embedder | None:
     if settings.device != "cpu":
         return None
-    if settings.pooling is not None and settings.pooling not in ("mean", "cls", "max"):
+    if settings.pooling is not None and settings.pooling not in POOLINGS:
         return None  # the full path reports it
     ref = settings.model_ref
     local = ref.lower() in _MINILM_ALIASES or Path(ref).expanduser().is_dir()
@@ -271,7 +272,7 @@ def _load(settings: Settings) -> Any:
 
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # bar = noise on each command
 
-    if settings.pooling is not None and settings.pooling not in ("mean", "cls", "max"):
+    if settings.pooling is not None and settings.pooling not in POOLINGS:
         raise UsageError(f"invalid pooling {settings.pooling!r}: use mean, cls or max")
     source = resolve(settings.model_ref)
     try:

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from pgembed.catalog import registry
+
 log = logging.getLogger("pgembed.encode")
 
 Array = npt.NDArray[np.float32]
@@ -42,7 +44,6 @@ _LEGACY_POOLING = {  # sentence-transformers' legacy flags, in its order of prec
     "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
 }
-_POOLINGS = ("mean", "cls", "max")
 _PRECISIONS = ("fp32", "bf16", "fp16")  # int8 (quantized Linear layers) is not reproduced here
 _SENTENCE_BERT_KEYS = {"max_seq_length", "do_lower_case"}
 _TOKENIZER_CLASSES = (None, "BertTokenizer", "BertTokenizerFast")
@@ -195,7 +196,7 @@ def _load(
     config = _json(directory / "config.json")
     shape = _shape(config)
     mode = pooling or _pooling_of(_json(pooling_dir / "config.json"))
-    if mode not in _POOLINGS:
+    if mode not in registry.POOLINGS:
         raise Unsupported(f"pooling {mode!r}")
     length = max_seq_length or bert.get("max_seq_length")  # None: the tokenizer's, not read here
     if not isinstance(length, int) or not 0 < length <= shape.positions:

@@ -199,23 +199,19 @@ def _before_the_model(spec: ModelSpec, *, fulltext: bool = False) -> Plan[None]:
     the fact (_require_vectors)."""
     if models.settings_of(spec) in warm:
         return
-    index = f"{_quoted(spec.table_schema)}.{_quoted(naming.fulltext_index_name(spec))}"
     statement = sql.SQL(
         "SELECT EXISTS (SELECT 1 FROM {table} WHERE {column} IS NOT NULL), "
-        "to_regclass(%(index)s) IS NOT NULL"
+        "pg_catalog.to_regclass(pg_catalog.format('%%I.%%I', %(schema)s::text, %(index)s::text))"
+        " IS NOT NULL"
     ).format(table=naming.table(spec), column=sql.Identifier(spec.embedding_column))
-    [(has_vectors, has_index)] = yield Fetch(statement, {"index": index})
+    names = {"schema": spec.table_schema, "index": naming.fulltext_index_name(spec)}
+    [(has_vectors, has_index)] = yield Fetch(statement, names)
     if fulltext and not has_index:  # the helper's own message (pgembed._hybrid_v1)
         raise NotFoundError(
             f"model {spec.name} has no full-text index: run `pgembed model fulltext {spec.name}`"
         )
     if not has_vectors:
         raise _no_vectors(spec)
-
-
-def _quoted(identifier: str) -> str:
-    """An identifier as quote_ident would write it, for to_regclass (names are plain: naming)."""
-    return '"' + identifier.replace('"', '""') + '"'
 
 
 def _require_vectors(spec: ModelSpec) -> Plan[None]:
