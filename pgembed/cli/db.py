@@ -11,11 +11,11 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import click
+from psycopg.conninfo import conninfo_to_dict
 
-from pgembed import embedded
+from pgembed import config, embedded
 from pgembed.cli.app import App, pass_app
 from pgembed.errors import ConfigError, UsageError
 
@@ -26,15 +26,22 @@ def db_group() -> None:
 
 
 @db_group.command("url")
+@click.option(
+    "--show-password", is_flag=True, help="Print the URL's password as it is (masked by default)."
+)
 @pass_app
-def db_url(app: App) -> None:
+def db_url(app: App, show_password: bool) -> None:
     """Print the database URL, for an application or psql.
 
-    With --database-url or $PGEMBED_DATABASE_URL: that URL, as given. Else the embedded server's,
-    which works while a pgembed process holds the server: `pgembed db start` keeps it up."""
+    With --database-url or $PGEMBED_DATABASE_URL: that URL, its password masked unless
+    --show-password. Else the embedded server's (no password: only your user may connect), which
+    works while a pgembed process holds the server: `pgembed db start` keeps it up."""
     explicit = app.explicit_url
     if explicit:
-        click.echo(explicit)
+        shown = explicit if show_password else config.redact(explicit)
+        if shown != explicit:
+            click.echo("pgembed: note: password masked; --show-password prints it", err=True)
+        click.echo(shown)
         return
     url = app.url  # starts or joins the embedded server
     if embedded.start_holder_pid() is None:
@@ -202,16 +209,14 @@ def _psql() -> str:
 
 
 def _password_in_env(url: str) -> tuple[str, dict[str, str]]:
-    """The URL without its password, which goes to psql in $PGPASSWORD (not on its command line,
-    where `ps` shows it)."""
+    """The URL without its password (`user:secret@` or `?password=`), which goes to psql in
+    $PGPASSWORD: not on its command line, where `ps` shows it to every local user."""
     env = dict(os.environ)
-    parts = urlsplit(url)
-    if not parts.password:
+    password = conninfo_to_dict(url).get("password")
+    if not password:
         return url, env
-    env["PGPASSWORD"] = unquote(parts.password)
-    userinfo, _, hostinfo = parts.netloc.rpartition("@")
-    user = userinfo.split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}@{hostinfo}")), env
+    env["PGPASSWORD"] = str(password)
+    return config.without_password(url), env
 
 
 @contextmanager

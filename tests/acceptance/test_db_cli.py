@@ -228,7 +228,7 @@ def test_database_url_after_the_subcommand(home: Path, tmp_path: Path) -> None:
         for args in (["--database-url", url, "-c", "SELECT 7"], ["-c", "SELECT 7", "--database-url", url]):  # fmt: skip  # noqa: E501
             psql = run(elsewhere, "db", "psql", "-At", *args)
             assert psql.returncode == 0 and psql.stdout == "7\n", psql.stderr
-        printed = run(elsewhere, "db", "url", "--database-url", UNREACHABLE)
+        printed = run(elsewhere, "db", "url", "--database-url", UNREACHABLE, "--show-password")
         assert printed.returncode == 0 and printed.stdout == UNREACHABLE + "\n"
         for command in ("start", "stop", "status"):
             refused = run(elsewhere, "db", command, "--database-url", url)

@@ -78,8 +78,10 @@ def test_the_later_database_url_wins(invoke: Invoke) -> None:
 
 def test_db_url_prints_an_explicit_url_as_given(invoke: Invoke, home: Path) -> None:
     url = "postgresql://alice:s3cret@db.example:5432/app?sslmode=require"
-    printed = invoke("db", "url", "--database-url", url)
+    printed = invoke("db", "url", "--database-url", url, "--show-password")
     assert printed.exit_code == 0 and printed.stdout == url + "\n" and printed.stderr == ""
+    masked = invoke("db", "url", "--database-url", url)
+    assert masked.stdout == url.replace("s3cret", "***") + "\n" and "masked" in masked.stderr
     assert not home.exists()  # nothing embedded was started, or even prepared
 
 

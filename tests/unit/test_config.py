@@ -45,3 +45,58 @@ def test_passwords_in_query_strings_and_keyword_strings_are_masked() -> None:
     with pytest.raises(ConfigError) as err:
         config.validate_url("host=h password=secret")
     assert "secret" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "redacted"),
+    [
+        ("postgresql://u:pa@ss@h/db", "postgresql://u:***@h/db"),  # unencoded '@'
+        ("postgresql://u:p/s?s#s@h:5/db", "postgresql://u:***@h:5/db"),  # '/', '?', '#'
+        ("postgresql://u:@/db?host=/tmp/s", "postgresql://u:@/db?host=/tmp/s"),  # no password
+        ("postgresql://u@h/db?user=me@corp", "postgresql://u@h/db?user=me@corp"),
+        ("postgresql://h/db?a=1&password=x&b=2", "postgresql://h/db?a=1&password=***&b=2"),
+        ("postgresql://h/db?password=x&y&b=2", "postgresql://h/db?password=***&b=2"),
+        ("postgresql://h/db?Pass%77ord=x", "postgresql://h/db?Pass%77ord=***"),
+        ("postgresql://h/db?sslpassword=x", "postgresql://h/db?sslpassword=***"),
+        ("postgresql://h/db?passfile=/p", "postgresql://h/db?passfile=/p"),
+        ("host=h password='a b\\'c' port=5", "host=h password=*** port=5"),
+        ("host=h password = a b port=5", "host=h password = *** port=5"),
+        ("host=h sslpassword=x", "host=h sslpassword=***"),
+    ],
+)
+def test_redact_masks_every_form(url: str, redacted: str) -> None:
+    assert config.redact(url) == redacted
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("postgresql://u:Hunter@Secret@h/db", "an '@' after the user name and password"),
+        ("postgresql://u:12/HunterSecret@h/db", "an '@' after the user name and password"),
+        ("postgresql://u:Hunter/Secret@h/db", "the port is not a number"),
+        ("postgresql://u:Hunter%zzSecret@h/db", 'invalid percent-encoded token: "..."'),
+        ("postgresql://h/db?password=Hunter&Secret", 'in URI query parameter: "..."'),
+    ],
+)
+def test_urls_libpq_would_misread_are_refused_without_quoting_them(url: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config.validate_url(url)
+    message = str(err.value)
+    assert reason in message and "percent-encode @ : / ? # &" in message
+    assert "Hunter" not in message and "Secret" not in message
+
+
+def test_urls_libpq_reads_as_written_are_accepted() -> None:
+    for url in (
+        "postgresql://u:2024?pass@h/db",  # libpq ends the user part at the first '@'
+        "postgresql://h1:5432,h2:5433/db",  # several hosts
+        "postgresql://u:p%40ss@h/db?user=me@corp",
+    ):
+        assert config.validate_url(url) == url
+
+
+def test_without_password_drops_it_from_the_user_part_and_the_query() -> None:
+    url = "postgresql://u:p%40ss@h:5/db?sslmode=require&password=x&application_name=a"
+    assert config.without_password(url) == (
+        "postgresql://u@h:5/db?sslmode=require&application_name=a"
+    )
