@@ -1,9 +1,9 @@
 """Change capture: the triggers that queue a model's keys when its text changes.
 
 The trigger functions themselves are SQL (sql/schema/20_capture.sql): an INSERT or TRUNCATE is one
-statement-level trigger, an UPDATE of the text column a row trigger that also clears the stale
-vector, a DELETE removes the keys' queue entries. Only the text column's changes fire: the
-worker's own vector writes enqueue nothing.
+statement-level trigger, an UPDATE of the key or text (or a vector written by hand) a row trigger
+that also clears the stale vector, a DELETE removes the keys' queue entries. The worker's own
+vector writes enqueue nothing.
 """
 
 from __future__ import annotations
@@ -11,27 +11,50 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
+from pgembed import roles
 from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
 
 
 def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    ins, upd, dele, trunc = (sql.Identifier(n) for n in naming.trigger_names(spec))
+    """The four triggers, firing ALWAYS: also under session_replication_role = replica (logical
+    replication subscribers, restores), where a trigger of the default kind is skipped and the
+    old vector would be served for the new text. Migration 0007 makes the same for old models.
+    The daemon role, when there is one, may then read the key and text and write the vector."""
+    names = naming.trigger_names(spec)
+    ins, upd, dele, trunc = (sql.Identifier(n) for n in names)
     table = naming.table(spec)
     args = sql.SQL(", ").join(
         sql.Literal(v) for v in (spec.name, spec.key_column, spec.text_column)
     )
-    text = sql.Identifier(spec.text_column)
+    key, text, vector = (
+        sql.Identifier(c) for c in (spec.key_column, spec.text_column, spec.embedding_column)
+    )
     statements = [
         sql.SQL(
             "CREATE TRIGGER {} AFTER INSERT ON {} REFERENCING NEW TABLE AS pgembed_new "
             "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_insert_v1({})"
         ).format(ins, table, args),
+        # A new key or text, or a vector written by anyone but the sync worker (which flags its
+        # writes in pgembed.writing, so they cost only this check). Compared as text: `=` on
+        # text is pg_catalog's, while one on varchar could be anyone's in pgvector's schema.
         sql.SQL(
-            "CREATE TRIGGER {} BEFORE UPDATE OF {} ON {} FOR EACH ROW "
-            "WHEN (OLD.{} IS DISTINCT FROM NEW.{}) "
-            "EXECUTE FUNCTION pgembed.capture_update_v1({}, {})"
-        ).format(upd, text, table, text, text, args, sql.Literal(spec.embedding_column)),
+            "CREATE TRIGGER {upd} BEFORE UPDATE OF {key}, {text}, {vector} ON {table} "
+            "FOR EACH ROW WHEN (pg_catalog.current_setting('pgembed.writing', true) "
+            "IS DISTINCT FROM 'on' "
+            "AND (OLD.{key}::pg_catalog.text IS DISTINCT FROM NEW.{key}::pg_catalog.text "
+            "OR OLD.{text}::pg_catalog.text IS DISTINCT FROM NEW.{text}::pg_catalog.text "
+            "OR OLD.{vector} IS DISTINCT FROM NEW.{vector})) "
+            "EXECUTE FUNCTION pgembed.capture_update_v1({args}, {column})"
+        ).format(
+            upd=upd,
+            key=key,
+            text=text,
+            vector=vector,
+            table=table,
+            args=args,
+            column=sql.Literal(spec.embedding_column),
+        ),
         sql.SQL(
             "CREATE TRIGGER {} AFTER DELETE ON {} REFERENCING OLD TABLE AS pgembed_old "
             "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_delete_v1({})"
@@ -41,8 +64,13 @@ def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
             "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_truncate_v1({})"
         ).format(trunc, table, args),
     ]
+    statements += [
+        sql.SQL("ALTER TABLE {} ENABLE ALWAYS TRIGGER {}").format(table, sql.Identifier(name))
+        for name in names
+    ]
     for statement in statements:
         conn.execute(statement)
+    roles.grant_table(conn, spec)
 
 
 def drop_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
@@ -56,7 +84,8 @@ def enqueue_existing(conn: psycopg.Connection, spec: ModelSpec) -> int:
     cur = conn.execute(
         sql.SQL(
             "INSERT INTO pgembed.queue (model, key) "
-            "SELECT %s, {key}::text FROM {table} WHERE btrim({text}) <> '' "
+            "SELECT %s, {key}::pg_catalog.text FROM {table} "
+            "WHERE {key} IS NOT NULL AND pgembed._has_text_v1({text}::pg_catalog.text) "
             "ON CONFLICT (model, key) DO NOTHING"
         ).format(
             key=sql.Identifier(spec.key_column),
@@ -65,5 +94,5 @@ def enqueue_existing(conn: psycopg.Connection, spec: ModelSpec) -> int:
         ),
         (spec.name,),
     )
-    conn.execute("SELECT pg_notify(%s, %s)", (naming.CHANNEL, spec.name))
+    conn.execute("SELECT pg_catalog.pg_notify(%s, %s)", (naming.CHANNEL, spec.name))
     return cur.rowcount

@@ -1,4 +1,5 @@
-"""Connections: URL resolution, pgvector's binary types, errors a user can read, and pools."""
+"""Connections: URL resolution, pinned session settings, pgvector's binary types, errors a user
+can read, and pools."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
-from pgvector.psycopg import register_vector, register_vector_async
+from pgvector.psycopg.vector import register_vector_info
+from psycopg import sql
+from psycopg.types import TypeInfo
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgembed import config, defaults, embedded
+from pgembed import config, defaults, embedded, sqlfiles
 from pgembed.errors import ConfigError, DatabaseError, UsageError
 
 APPLICATION_NAME = "pgembed"
@@ -22,18 +25,70 @@ def resolve_url(explicit: str | None = None) -> str:
 
 
 def connect(url: str, *, autocommit: bool = True, vector: bool = True) -> psycopg.Connection:
-    """Open a connection; with `vector`, pgvector's types travel in binary."""
+    """Open a connection with pgembed's pinned settings (sql/session.sql); with `vector`,
+    pgvector's types travel in binary."""
     try:
         conn = psycopg.connect(url, **{**_connect_options(), "autocommit": autocommit})
     except psycopg.ProgrammingError as exc:
         raise ConfigError(f"malformed database URL {config.redact(url)!r}: {exc}") from None
     except psycopg.OperationalError as exc:
         raise DatabaseError(f"cannot connect to {config.redact(url)}: {first_line(exc)}") from None
+    pin(conn)
     if vector:
         # Before `migrate` the extension may not exist yet; migrate's callers reconnect after.
         with suppress(psycopg.ProgrammingError):
             register_vector(conn)
     return conn
+
+
+def vector_name(conn: psycopg.Connection, name: str) -> sql.Identifier:
+    """pgvector's object `name` (type, operator class) qualified by the extension's schema: not
+    looked up through search_path, where another role's object of the same name could come
+    first."""
+    row = conn.execute(sqlfiles.get("session", "vector_schema")).fetchone()
+    if row is None:
+        raise psycopg.ProgrammingError("the vector extension is not installed")
+    return sql.Identifier(row[0], name)
+
+
+def register_vector(conn: psycopg.Connection) -> None:
+    """pgvector's type in binary, found by the extension's schema."""
+    info = TypeInfo.fetch(conn, vector_name(conn, "vector"))
+    if info is None:
+        raise psycopg.ProgrammingError("the vector extension has no type vector")
+    register_vector_info(conn, info)
+
+
+async def register_vector_async(conn: psycopg.AsyncConnection) -> None:
+    cur = await conn.execute(sqlfiles.get("session", "vector_schema"))
+    row = await cur.fetchone()
+    if row is None:
+        raise psycopg.ProgrammingError("the vector extension is not installed")
+    info = await TypeInfo.fetch(conn, sql.Identifier(row[0], "vector"))
+    if info is None:
+        raise psycopg.ProgrammingError("the vector extension has no type vector")
+    register_vector_info(conn, info)
+
+
+def pin(conn: psycopg.Connection) -> None:
+    """The settings that make keys' text canonical (sql/session.sql)."""
+    conn.execute(sqlfiles.get("session", "pin"))
+    if not conn.autocommit:
+        conn.commit()  # a later rollback must not undo the settings
+
+
+async def _pin_async(conn: psycopg.AsyncConnection) -> None:
+    await conn.execute(sqlfiles.get("session", "pin"))
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    pin(conn)
+    register_vector(conn)
+
+
+async def _configure_async(conn: psycopg.AsyncConnection) -> None:
+    await _pin_async(conn)
+    await register_vector_async(conn)
 
 
 @contextmanager
@@ -64,7 +119,7 @@ def pool(url: str, max_size: int = defaults.POOL_MAX_SIZE) -> ConnectionPool[psy
     It keeps one connection, grows to `max_size` under load and shrinks back when idle; its
     background threads start with `open()` and end with `close()`.
     """
-    return ConnectionPool(url, configure=register_vector, name="pgembed", **_pool_options(max_size))
+    return ConnectionPool(url, configure=_configure, name="pgembed", **_pool_options(max_size))
 
 
 def async_pool(
@@ -73,9 +128,7 @@ def async_pool(
     """The same for asyncio: autocommit `psycopg.AsyncConnection`s with pgvector's types; opened
     (inside the event loop) with `await pool.open()`."""
     options = _pool_options(max_size)
-    return AsyncConnectionPool(
-        url, configure=register_vector_async, name="pgembed-async", **options
-    )
+    return AsyncConnectionPool(url, configure=_configure_async, name="pgembed-async", **options)
 
 
 def check_pool_size(max_size: int) -> None:

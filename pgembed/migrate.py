@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psycopg
 
-from pgembed import sqlfiles
+from pgembed import roles, sqlfiles
 from pgembed.errors import DatabaseError, SchemaError
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -51,8 +51,11 @@ def applied(conn: psycopg.Connection) -> dict[int, str]:
     return {version: sha for version, sha in rows}
 
 
-def migrate(conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR) -> list[Migration]:
-    """Apply every pending migration, each in its own transaction; return what was applied."""
+def migrate(
+    conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR, *, create_roles: bool = False
+) -> list[Migration]:
+    """Apply every pending migration, each in its own transaction; return what was applied.
+    The roles of least privilege are made with `create_roles`, and their grants kept current."""
     _require_vector_available(conn)
     conn.execute(sqlfiles.get("migrate", "lock"), {"key": _LOCK_KEY})
     try:
@@ -73,6 +76,10 @@ def migrate(conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR) -> list[
                 }
                 conn.execute(sqlfiles.get("migrate", "record"), record)
             newly.append(migration)
+        if create_roles:
+            roles.create(conn)
+        else:
+            roles.grant(conn)
         return newly
     except psycopg.Error as exc:
         raise DatabaseError(f"migration failed: {exc}") from None

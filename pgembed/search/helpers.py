@@ -240,7 +240,7 @@ def _hits(
     statement = sql.SQL(
         "SELECT t.{key}, h.{value}, t.{text} "
         "FROM {call} WITH ORDINALITY AS h(key, {value}, n) "
-        "JOIN {table} t ON t.{key} = h.key::{type} ORDER BY h.n"
+        "JOIN {table} t ON t.{key} OPERATOR(pg_catalog.=) h.key::{type} ORDER BY h.n"
     ).format(
         value=sql.Identifier(value),
         text=sql.Identifier(spec.text_column),

@@ -82,9 +82,9 @@ def uses_index(conn: psycopg.Connection, spec: ModelSpec, vector: Vectors, k: in
 def count_keys(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> int:
     """How many of `keys` are rows of the model's table."""
     row = conn.execute(
-        sql.SQL("SELECT count(*) FROM {table} WHERE {key}::text = ANY(%s)").format(
-            table=naming.table(spec), key=sql.Identifier(spec.key_column)
-        ),
+        sql.SQL(
+            "SELECT pg_catalog.count(*) FROM {table} WHERE {key}::pg_catalog.text = ANY(%s)"
+        ).format(table=naming.table(spec), key=sql.Identifier(spec.key_column)),
         (list(keys),),
     ).fetchone()
     return int(row[0]) if row else 0

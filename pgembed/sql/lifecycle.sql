@@ -4,23 +4,23 @@
 -- name: queue_stats
 -- status: backlog (queue and inbox), its oldest entry, failures, truncations, recent rows/s.
 SELECT
-    (SELECT count(*) FROM (SELECT key FROM pgembed.queue WHERE model = %(model)s
+    (SELECT pg_catalog.count(*) FROM (SELECT key FROM pgembed.queue WHERE model = %(model)s
                            UNION SELECT key FROM pgembed.inbox WHERE model = %(model)s) k
     ) AS queued,
-    (SELECT extract(epoch FROM now() - min(enqueued_at))::float FROM (
+    (SELECT extract(epoch FROM pg_catalog.now() - pg_catalog.min(enqueued_at))::float FROM (
         SELECT enqueued_at FROM pgembed.queue WHERE model = %(model)s
         UNION ALL SELECT enqueued_at FROM pgembed.inbox WHERE model = %(model)s) e
     ) AS oldest_queued_seconds,
-    (SELECT count(*) FROM pgembed.failures WHERE model = %(model)s) AS failed,
-    (SELECT count(*) FROM pgembed.truncated WHERE model = %(model)s) AS truncated,
-    (SELECT coalesce(sum(rows), 0)::float / 60 FROM pgembed.batches
-       WHERE model = %(model)s AND finished_at > now() - interval '1 minute') AS rows_per_second;
+    (SELECT pg_catalog.count(*) FROM pgembed.failures WHERE model = %(model)s) AS failed,
+    (SELECT pg_catalog.count(*) FROM pgembed.truncated WHERE model = %(model)s) AS truncated,
+    (SELECT coalesce(pg_catalog.sum(rows), 0)::float / 60 FROM pgembed.batches
+       WHERE model = %(model)s AND finished_at > pg_catalog.now() - interval '1 minute') AS rows_per_second;
 
 -- name: live_workers
 -- status: workers heard from within `live` seconds.
 SELECT id, host, pid, models, heartbeat_at
 FROM pgembed.workers
-WHERE heartbeat_at > now() - make_interval(secs => %(live)s)
+WHERE heartbeat_at > pg_catalog.now() - pg_catalog.make_interval(secs => %(live)s)
 ORDER BY started_at;
 
 -- name: recent_failures
@@ -49,7 +49,7 @@ WHERE name = %(name)s;
 -- The switch: the shadow's queue, failures and truncation marks become the model's; the old
 -- version's go. Claims on moved keys are voided (the claimer's write-back finds its model gone).
 DELETE FROM pgembed.queue WHERE model = %(name)s;
-UPDATE pgembed.queue SET model = %(name)s, next_attempt_at = now(), claimed_by = NULL
+UPDATE pgembed.queue SET model = %(name)s, next_attempt_at = pg_catalog.now(), claimed_by = NULL
 WHERE model = %(shadow)s;
 DELETE FROM pgembed.inbox WHERE model = %(name)s;
 UPDATE pgembed.inbox SET model = %(name)s WHERE model = %(shadow)s;
@@ -60,9 +60,9 @@ UPDATE pgembed.truncated SET model = %(name)s WHERE model = %(shadow)s;
 DELETE FROM pgembed.batches WHERE model = %(name)s;
 UPDATE pgembed.batches SET model = %(name)s WHERE model = %(shadow)s;
 DELETE FROM pgembed.models WHERE name = %(shadow)s;
-UPDATE pgembed.model_versions SET activated_at = now()
+UPDATE pgembed.model_versions SET activated_at = pg_catalog.now()
 WHERE name = %(name)s AND version = %(version)s;
-SELECT pg_notify(%(channel)s, %(name)s) FROM (SELECT key FROM pgembed.queue
+SELECT pg_catalog.pg_notify(%(channel)s, %(name)s) FROM (SELECT key FROM pgembed.queue
 WHERE model = %(name)s UNION ALL SELECT key FROM pgembed.inbox WHERE model = %(name)s) k
 LIMIT 1;
 
@@ -80,7 +80,7 @@ WHERE name = %(name)s AND version = %(version)s AND activated_at IS NULL;
 
 -- name: next_lease_seconds
 -- How long until the first key of a model is ready again (claimed elsewhere, or backing off).
-SELECT extract(epoch FROM min(next_attempt_at) - now())::float
+SELECT extract(epoch FROM pg_catalog.min(next_attempt_at) - pg_catalog.now())::float
 FROM pgembed.queue WHERE model = %(model)s;
 
 -- name: index_build_progress

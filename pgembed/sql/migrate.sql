@@ -7,7 +7,7 @@ CREATE TABLE IF NOT EXISTS pgembed.migrations (
     version    integer PRIMARY KEY,
     name       text NOT NULL,
     sha256     text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
+    applied_at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
 
 -- name: installed
@@ -27,4 +27,4 @@ SELECT pg_catalog.pg_advisory_lock(%(key)s);
 SELECT pg_catalog.pg_advisory_unlock(%(key)s);
 
 -- name: vector_available
-SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector');
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_available_extensions WHERE name = 'vector');

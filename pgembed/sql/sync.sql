@@ -6,19 +6,21 @@
 -- worker's keys become ready again by themselves. One short statement: no transaction stays open.
 WITH picked AS (
     SELECT key FROM pgembed.queue
-    WHERE model = %(model)s AND next_attempt_at <= now()
+    WHERE model = %(model)s AND next_attempt_at <= pg_catalog.now()
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
 UPDATE pgembed.queue q
-SET next_attempt_at = now() + make_interval(secs => %(lease)s), claimed_by = %(worker)s
+SET next_attempt_at = pg_catalog.now() + pg_catalog.make_interval(secs => %(lease)s), claimed_by = %(worker)s
 FROM picked
 WHERE q.model = %(model)s AND q.key = picked.key
 RETURNING q.key, q.seq, q.attempts;
 
 -- name: transfer
 -- Move up to `limit` inbox entries of a model into the queue. SKIP LOCKED lets several workers
--- move disjoint chunks at once; a key inserted twice keeps its latest enqueue.
+-- move disjoint chunks at once; a key inserted twice keeps its latest enqueue, and an entry
+-- never replaces a newer one already queued (an UPDATE after the INSERT): that one may be
+-- claimed, and would be handed out a second time.
 WITH moved AS (
     DELETE FROM pgembed.inbox i
     WHERE i.ctid = ANY (ARRAY(
@@ -31,19 +33,20 @@ INSERT INTO pgembed.queue AS q (model, key, seq, enqueued_at)
 SELECT DISTINCT ON (key) %(model)s, key, seq, enqueued_at FROM moved ORDER BY key, seq DESC
 ON CONFLICT (model, key) DO UPDATE
 SET seq = excluded.seq, enqueued_at = excluded.enqueued_at, attempts = 0,
-    next_attempt_at = now(), claimed_by = NULL, last_error = NULL;
+    next_attempt_at = pg_catalog.now(), claimed_by = NULL, last_error = NULL
+WHERE q.seq < excluded.seq;
 
 -- name: complete
 -- Remove exactly the entries that were claimed: a key enqueued again meanwhile has a new seq.
 DELETE FROM pgembed.queue q
-USING unnest(%(keys)s::text[], %(seqs)s::bigint[]) AS d(key, seq)
+USING ROWS FROM (pg_catalog.unnest(%(keys)s::text[]), pg_catalog.unnest(%(seqs)s::bigint[])) AS d(key, seq)
 WHERE q.model = %(model)s AND q.key = d.key AND q.seq = d.seq;
 
 -- name: release
 -- Hand claimed keys back at once (a batch that will not be embedded).
 UPDATE pgembed.queue q
-SET next_attempt_at = now(), claimed_by = NULL
-FROM unnest(%(keys)s::text[], %(seqs)s::bigint[]) AS d(key, seq)
+SET next_attempt_at = pg_catalog.now(), claimed_by = NULL
+FROM ROWS FROM (pg_catalog.unnest(%(keys)s::text[]), pg_catalog.unnest(%(seqs)s::bigint[])) AS d(key, seq)
 WHERE q.model = %(model)s AND q.key = d.key AND q.seq = d.seq;
 
 -- name: fail_final
@@ -56,13 +59,13 @@ WITH moved AS (
 INSERT INTO pgembed.failures (model, key, attempts, error)
 SELECT model, key, attempts, %(error)s FROM moved
 ON CONFLICT (model, key) DO UPDATE
-SET attempts = excluded.attempts, error = excluded.error, failed_at = now();
+SET attempts = excluded.attempts, error = excluded.error, failed_at = pg_catalog.now();
 
 -- name: fail_retry
 -- Not the last attempt: back off exponentially (2, 4, 8 ... seconds, at most an hour).
 UPDATE pgembed.queue
 SET attempts = attempts + 1, last_error = %(error)s, claimed_by = NULL,
-    next_attempt_at = now() + make_interval(secs => least(3600, 2 ^ (attempts + 1)))
+    next_attempt_at = pg_catalog.now() + pg_catalog.make_interval(secs => least(3600, 2 ^ (attempts + 1)))
 WHERE model = %(model)s AND key = %(key)s AND seq = %(seq)s;
 
 -- name: retry_failures
@@ -77,19 +80,19 @@ ON CONFLICT (model, key) DO NOTHING;
 -- name: forget_failures
 -- Keys written at last are no longer failures.
 DELETE FROM pgembed.failures f
-USING unnest(%(keys)s::text[]) AS d(key)
+USING pg_catalog.unnest(%(keys)s::text[]) AS d(key)
 WHERE f.model = %(model)s AND f.key = d.key;
 
 -- name: mark_truncated
 -- Keys whose text was longer than the model's window (status counts them).
 INSERT INTO pgembed.truncated (model, key)
-SELECT %(model)s, key FROM unnest(%(keys)s::text[]) AS d(key)
+SELECT %(model)s, key FROM pg_catalog.unnest(%(keys)s::text[]) AS d(key)
 ON CONFLICT DO NOTHING;
 
 -- name: unmark_truncated
 -- A new text of a key may fit: forget an older mark when it is written.
 DELETE FROM pgembed.truncated t
-USING unnest(%(keys)s::text[]) AS d(key)
+USING pg_catalog.unnest(%(keys)s::text[]) AS d(key)
 WHERE t.model = %(model)s AND t.key = d.key;
 
 -- name: log_batch
@@ -101,12 +104,12 @@ VALUES (%(model)s, %(worker)s, %(rows)s, %(seconds)s);
 -- A worker says it is alive, and which models it serves.
 INSERT INTO pgembed.workers (id, host, pid, models)
 VALUES (%(worker)s, %(host)s, %(pid)s, %(models)s)
-ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), models = excluded.models;
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = pg_catalog.now(), models = excluded.models;
 
 -- name: prune
 -- Housekeeping a worker does now and then: old batch records and workers long gone.
-DELETE FROM pgembed.batches WHERE finished_at < now() - interval '1 hour';
-DELETE FROM pgembed.workers WHERE heartbeat_at < now() - interval '1 day';
+DELETE FROM pgembed.batches WHERE finished_at < pg_catalog.now() - interval '1 hour';
+DELETE FROM pgembed.workers WHERE heartbeat_at < pg_catalog.now() - interval '1 day';
 
 -- name: worker_exit
 -- A worker that stops cleanly leaves the list of live workers at once.
@@ -114,12 +117,33 @@ DELETE FROM pgembed.workers WHERE id = %(worker)s;
 
 -- name: release_worker
 -- After a reconnect: claims this worker held before the fault are handed back at once.
-UPDATE pgembed.queue SET next_attempt_at = now(), claimed_by = NULL
+UPDATE pgembed.queue SET next_attempt_at = pg_catalog.now(), claimed_by = NULL
 WHERE claimed_by = %(worker)s;
 
 -- name: queued_count
 -- Keys waiting in the queue or, captured but not yet moved, in the inbox.
-SELECT count(*) FROM (
+SELECT pg_catalog.count(*) FROM (
     SELECT model, key FROM pgembed.queue WHERE model = ANY(%(models)s)
     UNION SELECT model, key FROM pgembed.inbox WHERE model = ANY(%(models)s)
 ) k;
+
+-- name: renew
+-- A live worker keeps the keys it holds: their lease is pushed forward (never back). Only keys
+-- still claimed by it under the claimed seq; rows locked by a write-back are skipped (they are
+-- being finished), so a renewal never waits for one or deadlocks with it.
+WITH held AS (
+    SELECT q.model, q.key FROM pgembed.queue q
+    JOIN ROWS FROM (
+        pg_catalog.unnest(%(models)s::text[]),
+        pg_catalog.unnest(%(keys)s::text[]),
+        pg_catalog.unnest(%(seqs)s::bigint[])
+    ) AS d(model, key, seq) ON q.model = d.model AND q.key = d.key AND q.seq = d.seq
+    WHERE q.claimed_by = %(worker)s
+    FOR UPDATE OF q SKIP LOCKED
+)
+UPDATE pgembed.queue q
+SET next_attempt_at = GREATEST(
+    q.next_attempt_at, pg_catalog.now() + pg_catalog.make_interval(secs => %(lease)s)
+)
+FROM held
+WHERE q.model = held.model AND q.key = held.key;

@@ -16,7 +16,7 @@ import psycopg
 from pgvector import Vector
 from psycopg import sql
 
-from pgembed import sqlfiles
+from pgembed import defaults, sqlfiles
 from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
 
@@ -31,8 +31,9 @@ class Claim:
 @dataclass(frozen=True)
 class SourceRow:
     key: str
-    text: str
-    text_md5: str
+    text: str  # at most the characters the model reads (see read)
+    text_md5: str  # of the whole text
+    cut: bool = False  # the text was longer: the row is marked truncated
 
 
 def claim(
@@ -53,17 +54,23 @@ def transfer(conn: psycopg.Connection, model: str, limit: int = 10_000) -> int:
 
 def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list[SourceRow]:
     """Rows that still exist and have non-blank text, with the md5 that guards the write-back;
-    other keys simply do not come back."""
+    other keys simply do not come back.
+
+    Only the text's first characters the model can read travel (one more tells a longer text):
+    a 100 MB row never reaches Python whole. The md5 is still the whole text's."""
+    chars = defaults.CHARS_PER_WORD_PIECE * spec.max_seq_length
     query = sql.SQL(
-        "SELECT t.{key}::text, t.{text}, md5(t.{text}) "
-        "FROM {table} t WHERE t.{key} = ANY(%s::{type}[]) AND btrim(t.{text}) <> ''"
+        "SELECT t.{key}::text, pg_catalog.left(t.{text}, %s::integer), pg_catalog.md5(t.{text}) "
+        "FROM {table} t WHERE t.{key} OPERATOR(pg_catalog.=) ANY(%s::{type}[]) "
+        "AND pgembed._has_text_v1(t.{text}::pg_catalog.text)"
     ).format(
         key=sql.Identifier(spec.key_column),
         text=sql.Identifier(spec.text_column),
         table=naming.table(spec),
         type=naming.key_type(spec),
     )
-    return [SourceRow(*row) for row in conn.execute(query, (list(keys),))]
+    rows = conn.execute(query, (chars + 1, list(keys)))
+    return [SourceRow(key, text[:chars], md5, len(text) > chars) for key, text, md5 in rows]
 
 
 def write(
@@ -75,13 +82,19 @@ def write(
 ) -> set[str]:
     """Write vectors where md5(text) still matches; returns the keys actually written.
 
-    Sorted keys keep lock order stable between concurrent writers. Vectors travel in binary.
+    In the caller's transaction (or its own), flagged in pgembed.writing so the capture trigger
+    does not take these vectors for ones written by hand. Sorted keys keep lock order stable between
+    concurrent writers. Vectors travel in binary.
     """
+    if not keys:  # (an empty list of vectors would travel without its type)
+        return set()
     order = sorted(range(len(keys)), key=lambda i: keys[i])
     query = sql.SQL(
         "UPDATE {table} t SET {column} = v.embedding "
-        "FROM unnest(%s::text[], %s::text[], %b::vector[]) AS v(key, text_md5, embedding) "
-        "WHERE t.{key} = v.key::{type} AND md5(t.{text}) = v.text_md5 "
+        "FROM ROWS FROM (pg_catalog.unnest(%s::text[]), pg_catalog.unnest(%s::text[]), "
+        "pg_catalog.unnest(%b)) AS v(key, text_md5, embedding) "
+        "WHERE t.{key} OPERATOR(pg_catalog.=) v.key::{type} "
+        "AND pg_catalog.md5(t.{text}) OPERATOR(pg_catalog.=) v.text_md5 "
         "RETURNING v.key"
     ).format(
         table=naming.table(spec),
@@ -95,7 +108,8 @@ def write(
         [text_md5s[i] for i in order],
         [Vector(vectors[i]) for i in order],
     )
-    with conn.cursor(binary=True) as cur:
+    with conn.transaction(), conn.cursor(binary=True) as cur:
+        cur.execute("SELECT pg_catalog.set_config('pgembed.writing', 'on', true)")
         return {row[0] for row in cur.execute(query, params)}
 
 
@@ -166,7 +180,7 @@ def queued_count(conn: psycopg.Connection, models: Sequence[str]) -> int:
 
 def notify(conn: psycopg.Connection, model: str) -> None:
     """Wake the workers: `model` has keys to embed (or is new to them)."""
-    conn.execute("SELECT pg_notify(%s, %s)", (naming.CHANNEL, model))
+    conn.execute("SELECT pg_catalog.pg_notify(%s, %s)", (naming.CHANNEL, model))
 
 
 def heartbeat(
@@ -187,3 +201,18 @@ def release_worker(conn: psycopg.Connection, worker: str) -> None:
 
 def worker_exit(conn: psycopg.Connection, worker: str) -> None:
     conn.execute(sqlfiles.get("sync", "worker_exit"), {"worker": worker})
+
+
+def renew(
+    conn: psycopg.Connection, worker: str, held: Sequence[tuple[str, Claim]], lease_seconds: float
+) -> int:
+    """Push the lease of the (model, claim) pairs this worker still holds forward; returns how
+    many keys were renewed (completed, released or taken-over keys are left alone)."""
+    params = {
+        "models": [model for model, _ in held],
+        "keys": [claim.key for _, claim in held],
+        "seqs": [claim.seq for _, claim in held],
+        "worker": worker,
+        "lease": lease_seconds,
+    }
+    return conn.execute(sqlfiles.get("sync", "renew"), params).rowcount

@@ -92,9 +92,8 @@ def test_failed_migration_leaves_nothing_behind(empty_db_url: str, tmp_path: Pat
 
 
 def test_server_without_vector_gets_clear_error(empty_db_url: str) -> None:
-    # Hide the extension from this one connection by pointing the check at a missing name.
+    # Hide the extension from this one connection: no control file is found (PostgreSQL 18).
     with db.connection(empty_db_url) as conn:
-        conn.execute("CREATE TEMP VIEW pg_available_extensions AS SELECT 'x'::name AS name")
-        conn.execute("SET search_path = pg_temp, pg_catalog")
+        conn.execute("SET extension_control_path = '/nonexistent'")
         with pytest.raises(Exception, match="no `vector` extension available"):
             migrate.migrate(conn)

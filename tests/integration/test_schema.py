@@ -230,7 +230,8 @@ def test_migrations_yield_the_current_schema(empty_db_url: str, other_empty_db_u
         migrated = describe(conn)
     files = schema_files()
     assert files, f"no schema files in {SCHEMA_DIR}"
-    with db.connection(other_empty_db_url) as conn:
+    # As a reader would run them with psql: the role's own search_path, where the extension goes.
+    with psycopg.connect(other_empty_db_url, autocommit=True) as conn:
         for path in files:
             with conn.transaction():
                 conn.execute(path.read_bytes())

@@ -99,7 +99,7 @@ def test_explain_shows_the_hnsw_index(items: psycopg.Connection) -> None:
     with plans(items) as found:
         items.execute("SELECT * FROM pgembed.search('minilm', %s, 10)", (q,))
         items.execute("SELECT * FROM pgembed.similar('minilm', '5', 10)")
-    helper_plans = [p for p in found if "ORDER BY t.embedding_minilm <=>" in p]
+    helper_plans = [p for p in found if "ORDER BY t.embedding_minilm OPERATOR(public.<=>)" in p]
     assert len(helper_plans) == 2
     assert all("Index Scan using pgembed_minilm_hnsw on items t" in p for p in helper_plans)
 

@@ -5,18 +5,58 @@
 --
 -- Each model puts triggers on its source table (pgembed/capture.py) that call these with
 -- arguments (model, key column, text column[, embedding column]). User identifiers reach SQL
--- here only through format('%I').
+-- here only through format('%I'); only pgembed's own triggers pass them (PUBLIC may not call
+-- these functions).
+
+-- Whether a text has anything but white space (Unicode's too: NBSP, ideographic space, ...).
+-- Operators are qualified: the function is inlined into callers with any search_path.
+CREATE FUNCTION pgembed._has_text_v1(t text) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
+    SELECT t OPERATOR(pg_catalog.~)
+        '[^[:space:]\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff]'
+$fn$;
+
+-- NULL, or why a capture trigger cannot run: a column it names was renamed or dropped. The
+-- application's write then goes on without it (a WARNING says so); `pgembed status` marks the
+-- model broken. Checked in the catalog, not by catching the error: a subtransaction per row
+-- would slow every bulk UPDATE.
+CREATE FUNCTION pgembed._missing_column_v1(rel oid, model text, columns text[]) RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT format('pgembed model %s: table %s has no column %s any more (renamed or dropped?), '
+                  'so this change was not captured: rename it back, or `pgembed model remove %s`',
+                  model, rel::regclass, quote_ident(c), model)
+    FROM unnest(columns) AS c
+    WHERE NOT EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = rel AND a.attname = c
+                                                  AND a.attnum > 0 AND NOT a.attisdropped)
+    LIMIT 1
+$fn$;
+
+-- The capture functions run as their owner (the role that ran `pgembed migrate`), so a writing
+-- role needs no privilege on schema pgembed, and cannot read or change its queues otherwise.
+-- They are not executable by PUBLIC: only pgembed's own triggers, made by `model add`, call
+-- them. Every one pins search_path, and the settings that change how a key is written as text
+-- (keys are queued as text in this canonical form, whatever the writer's session settings).
 
 -- Inserted rows, per statement from the transition table pgembed_new: one append to the inbox
--- and one NOTIFY per statement (NULL and '' texts skipped; workers drop whitespace-only ones).
+-- and one NOTIFY per statement. NULL keys and texts with nothing but white space are skipped.
 CREATE FUNCTION pgembed.capture_insert_v1() RETURNS trigger
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET datestyle = 'ISO, MDY' SET intervalstyle = 'postgres' SET timezone = 'UTC'
+SET extra_float_digits = 1 SET bytea_output = 'hex'
+AS $fn$
 DECLARE
     queued bigint;
+    missing text := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], TG_ARGV[1:2]);
 BEGIN
+    IF missing IS NOT NULL THEN
+        RAISE WARNING '%', missing;
+        RETURN NULL;
+    END IF;
     EXECUTE format(
         'INSERT INTO pgembed.inbox (model, key, seq)
-         SELECT $1, n.%1$I::text, $2 FROM pgembed_new n WHERE n.%2$I <> ''''',
+         SELECT $1, n.%1$I::text, $2 FROM pgembed_new n
+         WHERE n.%1$I IS NOT NULL AND pgembed._has_text_v1(n.%2$I::text)',
         TG_ARGV[1], TG_ARGV[2]) USING TG_ARGV[0], pg_current_xact_id()::text::bigint;
     GET DIAGNOSTICS queued = ROW_COUNT;
     IF queued > 0 THEN
@@ -26,23 +66,56 @@ BEGIN
 END
 $fn$;
 
--- Updated text (the trigger's WHEN clause checks that it really changed): queue the key, and
--- clear the old vector in the same row write so it is never served for the new text.
+-- A row whose key, text or vector changed (the trigger's WHEN clause: a vector written by
+-- anyone but the sync worker, which says so in pgembed.writing, counts). A changed key forgets the old key's
+-- pending work; a new text, a vector written by hand, or a new key of a row still waiting for
+-- its vector queues the new key and clears the vector in the same row write, so a vector is
+-- never served for a text it was not made from. Arguments: model, key, text, vector column.
 CREATE FUNCTION pgembed.capture_update_v1() RETURNS trigger
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET datestyle = 'ISO, MDY' SET intervalstyle = 'postgres' SET timezone = 'UTC'
+SET extra_float_digits = 1 SET bytea_output = 'hex'
+AS $fn$
 DECLARE
-    new_key text := to_jsonb(NEW) ->> TG_ARGV[1];
-    new_text text := to_jsonb(NEW) ->> TG_ARGV[2];
+    model_name text := TG_ARGV[0];
+    old_key text;
+    new_key text;
+    has_text boolean;
+    text_changed boolean;
+    vector_missing boolean;
+    missing text := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], TG_ARGV[1:3]);
 BEGIN
-    NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[3], NULL));
-    IF btrim(new_text) <> '' THEN
-        INSERT INTO pgembed.queue AS q (model, key) VALUES (TG_ARGV[0], new_key)
-        ON CONFLICT (model, key) DO UPDATE
-            SET seq = excluded.seq, enqueued_at = excluded.enqueued_at, attempts = 0,
-                next_attempt_at = excluded.next_attempt_at, claimed_by = NULL, last_error = NULL;
-        PERFORM pg_notify('pgembed', TG_ARGV[0]);
-    ELSE
-        DELETE FROM pgembed.queue WHERE model = TG_ARGV[0] AND key = new_key;
+    IF missing IS NOT NULL THEN
+        RAISE WARNING '%', missing;
+        RETURN NEW;
+    END IF;
+    EXECUTE format(
+        'SELECT ($1).%1$I::text, ($2).%1$I::text, pgembed._has_text_v1(($2).%2$I::text),
+                ($1).%2$I::text IS DISTINCT FROM ($2).%2$I::text, ($2).%3$I IS NULL',
+        TG_ARGV[1], TG_ARGV[2], TG_ARGV[3])
+        INTO old_key, new_key, has_text, text_changed, vector_missing
+        USING OLD, NEW;
+    IF old_key IS DISTINCT FROM new_key THEN
+        DELETE FROM pgembed.queue WHERE model = model_name AND key = old_key;
+        DELETE FROM pgembed.inbox WHERE model = model_name AND key = old_key;
+        DELETE FROM pgembed.truncated WHERE model = model_name AND key = old_key;
+        DELETE FROM pgembed.failures WHERE model = model_name AND key = old_key;
+    END IF;
+    -- The trigger fired: the key, the text or the vector changed. All but a new key of a row
+    -- whose vector is still good need a new vector.
+    IF text_changed OR old_key IS NOT DISTINCT FROM new_key OR vector_missing THEN
+        NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[3], NULL));
+        IF has_text AND new_key IS NOT NULL THEN
+            INSERT INTO pgembed.queue AS q (model, key) VALUES (model_name, new_key)
+            ON CONFLICT (model, key) DO UPDATE
+                SET seq = excluded.seq, enqueued_at = excluded.enqueued_at, attempts = 0,
+                    next_attempt_at = excluded.next_attempt_at, claimed_by = NULL,
+                    last_error = NULL;
+            PERFORM pg_notify('pgembed', model_name);
+        ELSE
+            DELETE FROM pgembed.queue WHERE model = model_name AND key = new_key;
+        END IF;
     END IF;
     RETURN NEW;
 END
@@ -50,8 +123,18 @@ $fn$;
 
 -- Deleted rows, per statement from the transition table pgembed_old: forget their pending work.
 CREATE FUNCTION pgembed.capture_delete_v1() RETURNS trigger
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET datestyle = 'ISO, MDY' SET intervalstyle = 'postgres' SET timezone = 'UTC'
+SET extra_float_digits = 1 SET bytea_output = 'hex'
+AS $fn$
+DECLARE
+    missing text := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], TG_ARGV[1:1]);
 BEGIN
+    IF missing IS NOT NULL THEN
+        RAISE WARNING '%', missing;
+        RETURN NULL;
+    END IF;
     EXECUTE format(
         'DELETE FROM pgembed.queue q USING pgembed_old o
          WHERE q.model = $1 AND q.key = o.%1$I::text',
@@ -70,7 +153,7 @@ $fn$;
 
 -- A truncated source table: forget all of the model's pending work.
 CREATE FUNCTION pgembed.capture_truncate_v1() RETURNS trigger
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
     DELETE FROM pgembed.queue WHERE model = TG_ARGV[0];
     DELETE FROM pgembed.inbox WHERE model = TG_ARGV[0];
@@ -79,3 +162,6 @@ BEGIN
     RETURN NULL;
 END
 $fn$;
+
+REVOKE EXECUTE ON FUNCTION pgembed.capture_insert_v1(), pgembed.capture_update_v1(),
+    pgembed.capture_delete_v1(), pgembed.capture_truncate_v1() FROM PUBLIC;

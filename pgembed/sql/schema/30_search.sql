@@ -8,7 +8,9 @@
 -- Identifiers reach the generated SQL only through format('%I') (or format_type(), from the
 -- server); filter values are never SQL text: they travel as one bound jsonb parameter.
 -- Everything but the compiler's trigger is SECURITY INVOKER: a caller finds only rows it could
--- SELECT anyway.
+-- SELECT anyway. Every function pins search_path to pg_catalog (pgvector's names are written
+-- with the extension's schema), and the functions that write keys as text pin the settings that
+-- shape that text (datestyle, timezone, ...), so keys look the same whoever asks.
 
 -- Load pgvector so the hnsw.* settings named below are its real ones, not placeholders.
 SELECT vector_dims('[0]'::vector);
@@ -17,9 +19,18 @@ SELECT vector_dims('[0]'::vector);
 -- The dynamic path: every search with a filter, every error, and pgembed.similar/hybrid_search.
 ------------------------------------------------------------------------------------------------
 
+-- pgvector's cosine distance operator, named by the extension's schema: every pgembed function
+-- resolves names in pg_catalog only, so nobody's schema on a search_path can take a name over.
+CREATE FUNCTION pgembed._distance_v1() RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT format('OPERATOR(%I.<=>)', n.nspname)
+    FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+    WHERE e.extname = 'vector'
+$fn$;
+
 -- The catalog row of a model, or a clear error.
 CREATE FUNCTION pgembed._model_v1(model text) RETURNS pgembed.models
-LANGUAGE plpgsql STABLE AS $fn$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     m pgembed.models;
 BEGIN
@@ -34,7 +45,7 @@ $fn$;
 
 -- The type of a column of the model's table without its modifier (a cast to it never truncates).
 CREATE FUNCTION pgembed._column_type_v1(m pgembed.models, col text) RETURNS text
-LANGUAGE sql STABLE AS $fn$
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT format_type(a.atttypid, NULL)
     FROM pg_attribute a
     WHERE a.attrelid = to_regclass(format('%I.%I', m.table_schema, m.table_name))
@@ -45,7 +56,7 @@ $fn$;
 CREATE FUNCTION pgembed._condition_v1(
     col text, typ text, op text, val jsonb, param integer, slot integer
 ) RETURNS text
-LANGUAGE plpgsql IMMUTABLE AS $fn$
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     value text := format('($%s ->> %s)::%s', param, slot, typ);
 BEGIN
@@ -80,7 +91,7 @@ $fn$;
 CREATE FUNCTION pgembed._filter_v1(
     m pgembed.models, filter jsonb, param integer, OUT clause text, OUT args jsonb
 )
-LANGUAGE plpgsql STABLE AS $fn$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     col text;
     spec jsonb;
@@ -121,7 +132,7 @@ $fn$;
 
 -- Whether the caller chose `knob`: its value is neither pgvector's built-in one nor pgembed's own.
 CREATE FUNCTION pgembed._own_setting_v1(knob text, builtin text) RETURNS boolean
-LANGUAGE sql STABLE AS $fn$
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT current_setting(knob, true) IS DISTINCT FROM builtin
        AND current_setting(knob, true) IS DISTINCT FROM
            current_setting('pgembed.applied_' || replace(knob, '.', '_'), true)
@@ -130,7 +141,7 @@ $fn$;
 -- {hnsw.ef_search, hnsw.iterative_scan} for a search with this model: pgembed.ef_search when set,
 -- else the caller's own values, else the model's ef_search (NULL: pgvector's) and relaxed scans.
 CREATE FUNCTION pgembed._settings_v1(model text) RETURNS text[]
-LANGUAGE sql STABLE AS $fn$
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT ARRAY[
         CASE WHEN nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL
              THEN current_setting('pgembed.ef_search', true)
@@ -144,7 +155,7 @@ $fn$;
 
 -- SET LOCAL the two settings _settings_v1 chose (a NULL leaves that one alone).
 CREATE FUNCTION pgembed._use_settings_v1(settings text[]) RETURNS void
-LANGUAGE sql AS $fn$
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT set_config('hnsw.ef_search', settings[1], true) WHERE settings[1] IS NOT NULL;
     SELECT set_config('hnsw.iterative_scan', settings[2], true) WHERE settings[2] IS NOT NULL;
 $fn$;
@@ -152,7 +163,7 @@ $fn$;
 -- For a statement pgembed does not wrap (the SQLAlchemy helpers): SET LOCAL the settings for the
 -- rest of the transaction, remembered in pgembed.applied_* so they are not taken for the caller's.
 CREATE FUNCTION pgembed._apply_settings_v1(model text) RETURNS void
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     settings text[] := pgembed._settings_v1(model);
 BEGIN
@@ -167,7 +178,7 @@ $fn$;
 
 -- A clear error for a bad k, a NULL query vector or one of the wrong dimensions.
 CREATE FUNCTION pgembed._check_query_v1(m pgembed.models, query vector, k integer) RETURNS void
-LANGUAGE plpgsql IMMUTABLE AS $fn$
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
     IF k IS NULL OR k < 1 THEN
         RAISE EXCEPTION 'k must be a positive number of rows, not %', coalesce(k::text, 'NULL')
@@ -176,9 +187,9 @@ BEGIN
     IF query IS NULL THEN
         RAISE EXCEPTION 'the query vector is NULL' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF vector_dims(query) <> m.dimensions THEN
+    IF array_length(query::real[], 1) <> m.dimensions THEN
         RAISE EXCEPTION 'model % has % dimensions; the query vector has %: embed the query with '
-            'the same model', m.name, m.dimensions, vector_dims(query)
+            'the same model', m.name, m.dimensions, array_length(query::real[], 1)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 END
@@ -186,25 +197,31 @@ $fn$;
 
 -- The vector of an existing row, or a clear error when it is missing, invisible or not embedded.
 CREATE FUNCTION pgembed._row_vector_v1(model text, row_key text) RETURNS vector
-LANGUAGE plpgsql STABLE AS $fn$
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+SET datestyle = 'ISO, MDY' SET intervalstyle = 'postgres' SET timezone = 'UTC'
+SET extra_float_digits = 1 SET bytea_output = 'hex'
+AS $fn$
 DECLARE
     m pgembed.models := pgembed._model_v1(model);
-    found_row boolean;
-    v vector;
+    found_row record;
+    found integer;
 BEGIN
-    EXECUTE format('SELECT true, t.%1$I FROM %2$I.%3$I t WHERE t.%4$I = $1::%5$s',
+    -- A record, not a variable of type vector: that name would resolve through search_path.
+    EXECUTE format('SELECT t.%1$I AS v FROM %2$I.%3$I t WHERE t.%4$I = $1::%5$s',
                    m.embedding_column, m.table_schema, m.table_name, m.key_column,
                    pgembed._column_type_v1(m, m.key_column))
-        INTO found_row, v USING row_key;
-    IF found_row IS NULL THEN
+        INTO found_row USING row_key;
+    GET DIAGNOSTICS found = ROW_COUNT;
+    IF found = 0 THEN
         RAISE EXCEPTION 'model %: table %.% has no row with % = %', m.name,
             quote_ident(m.table_schema), quote_ident(m.table_name), quote_ident(m.key_column),
             to_json(row_key)::text USING ERRCODE = 'no_data_found';
-    ELSIF v IS NULL THEN
+    ELSIF found_row.v IS NULL THEN
         RAISE EXCEPTION 'model %: row % = % has no vector yet: run `pgembed sync`', m.name,
             quote_ident(m.key_column), to_json(row_key)::text USING ERRCODE = 'no_data_found';
     END IF;
-    RETURN v;
+    RETURN found_row.v;
 END
 $fn$;
 
@@ -215,6 +232,9 @@ CREATE FUNCTION pgembed._nearest_v1(
 LANGUAGE plpgsql
 SET hnsw.ef_search = 40
 SET hnsw.iterative_scan = off
+SET search_path = pg_catalog, pg_temp
+SET datestyle = 'ISO, MDY' SET intervalstyle = 'postgres' SET timezone = 'UTC'
+SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$
 DECLARE
     m pgembed.models := pgembed._model_v1(model);
@@ -230,13 +250,14 @@ BEGIN
     PERFORM pgembed._use_settings_v1(settings);
     RETURN QUERY EXECUTE format(
         'WITH hits AS MATERIALIZED (
-             SELECT t.%1$I::text AS key, t.%2$I <=> $1 AS distance
+             SELECT t.%1$I::text AS key, t.%2$I %7$s $1 AS distance
              FROM %3$I.%4$I t
              WHERE t.%2$I IS NOT NULL%5$s%6$s
-             ORDER BY t.%2$I <=> $1
+             ORDER BY t.%2$I %7$s $1
              LIMIT $2)
          SELECT hits.key, 1 - hits.distance FROM hits ORDER BY hits.distance',
-        m.key_column, m.embedding_column, m.table_schema, m.table_name, not_self, f.clause)
+        m.key_column, m.embedding_column, m.table_schema, m.table_name, not_self, f.clause,
+        pgembed._distance_v1())
         USING query, k, exclude_key, f.args;
 END
 $fn$;
@@ -248,6 +269,9 @@ CREATE FUNCTION pgembed._hybrid_v1(
 LANGUAGE plpgsql
 SET hnsw.ef_search = 40
 SET hnsw.iterative_scan = off
+SET search_path = pg_catalog, pg_temp
+SET datestyle = 'ISO, MDY' SET intervalstyle = 'postgres' SET timezone = 'UTC'
+SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$
 DECLARE
     m pgembed.models := pgembed._model_v1(model);
@@ -257,6 +281,11 @@ BEGIN
     IF query_text IS NULL THEN
         RAISE EXCEPTION 'the query text is NULL' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- A longer text would parse into a tsquery deep enough to exhaust the stack.
+    IF length(query_text) > 10000 THEN
+        RAISE EXCEPTION 'the query text has % characters; at most 10000 are searched',
+            length(query_text) USING ERRCODE = 'program_limit_exceeded';
+    END IF;
     IF to_regclass(format('%I.%I', m.table_schema, 'pgembed_' || m.name || '_fts')) IS NULL THEN
         RAISE EXCEPTION 'model % has no full-text index: run `pgembed model fulltext %`',
             m.name, m.name USING ERRCODE = 'object_not_in_prerequisite_state';
@@ -265,10 +294,10 @@ BEGIN
     PERFORM pgembed._use_settings_v1(settings);
     RETURN QUERY EXECUTE format(
         'WITH semantic AS MATERIALIZED (
-             SELECT t.%1$I::text AS key, t.%2$I <=> $1 AS distance
+             SELECT t.%1$I::text AS key, t.%2$I %7$s $1 AS distance
              FROM %3$I.%4$I t
              WHERE t.%2$I IS NOT NULL%6$s
-             ORDER BY t.%2$I <=> $1
+             ORDER BY t.%2$I %7$s $1
              LIMIT $3),
          semantic_rank AS (
              SELECT s.key, row_number() OVER (ORDER BY s.distance) AS rank FROM semantic s),
@@ -284,8 +313,9 @@ BEGIN
          FROM semantic_rank s FULL JOIN lexical_rank l USING (key)
          ORDER BY 2 DESC, s.rank NULLS LAST, l.rank NULLS LAST
          LIMIT $4',
-        m.key_column, m.embedding_column, m.table_schema, m.table_name, m.text_column, f.clause)
-        USING query, query_text, greatest(4 * k, 40), k, f.args;
+        m.key_column, m.embedding_column, m.table_schema, m.table_name, m.text_column, f.clause,
+        pgembed._distance_v1())
+        USING query, query_text, greatest(4 * k::bigint, 40), k, f.args;
 END
 $fn$;
 
@@ -299,7 +329,7 @@ $fn$;
 CREATE FUNCTION pgembed.similar(
     model text, key text, k integer DEFAULT 10, filter jsonb DEFAULT NULL
 ) RETURNS TABLE (key text, similarity double precision)
-LANGUAGE sql AS $fn$
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT * FROM pgembed._nearest_v1(
         $1, pgembed._row_vector_v1($1, $2), $3, $4, $2, pgembed._settings_v1($1))
 $fn$;
@@ -308,7 +338,7 @@ $fn$;
 CREATE FUNCTION pgembed.hybrid_search(
     model text, query vector, query_text text, k integer DEFAULT 10, filter jsonb DEFAULT NULL
 ) RETURNS TABLE (key text, score double precision)
-LANGUAGE sql AS $fn$
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT * FROM pgembed._hybrid_v1($1, $2, $3, $4, $5, pgembed._settings_v1($1))
 $fn$;
 
@@ -326,14 +356,17 @@ COMMENT ON FUNCTION pgembed.hybrid_search(text, vector, text, integer, jsonb) IS
 -- model and every error go to the dynamic path (_nearest_v1).
 --
 -- The template is the compiler's three format() strings, from the inside out:
---   $nearest$  one model's query.      %1$I key column, %2$I embedding column, %3$I.%4$I table;
---              <limit> becomes 10 (k <= 10) or 100 (10 < k <= 100): a constant the generic
---              plan is costed for, as the raw statement is.
+--   $nearest$  one model's query.      %1$I key column, %2$I embedding column, %3$I.%4$I table,
+--              %5$s pgvector's <=> by its schema; <limit> becomes 10 (k <= 10) or 100
+--              (10 < k <= 100): a constant the generic plan is costed for, as the raw
+--              statement is.
 --   $branch$   one model's WHEN arm.   %1$L model name, %2$s dimensions, %3$L its ef_search
---              (coalesce(models.ef_search, 40)), %4$s/%5$s $nearest$ with LIMIT 10/100.
+--              (coalesce(models.ef_search, 40)), %4$s/%5$s $nearest$ with LIMIT 10/100,
+--              %6$s pgvector's vector_dims by its schema.
 --   $body$     the function body.      %s: every model's $branch$, in name order (or a
 --              `WHEN NULL THEN NULL;` when there is no model).
--- The outer format() adds the signature (%s: the vector type, schema-qualified) and the body
+-- The outer format() adds the signature (%s: the vector type, schema-qualified), the settings
+-- every pgembed function pins (search_path; how keys are written as text) and the body
 -- as a %L literal. tests/integration/snapshots/search_sample.sql shows what it generates for one
 -- model, search_empty.sql for none.
 ------------------------------------------------------------------------------------------------
@@ -346,6 +379,8 @@ DECLARE
     branches text := '';
     nearest text;
     vector_type text;
+    distance text;
+    dims text;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         -- An older snapshot could miss a model another transaction just changed.
@@ -356,22 +391,25 @@ BEGIN
     -- Concurrent rebuilds would fail with "tuple concurrently updated": one at a time. Taken
     -- at commit (the trigger is deferred), after every other lock of the transaction.
     PERFORM pg_advisory_xact_lock(hashtext('pgembed._compile_search_v1'));
-    SELECT format('%I.vector', n.nspname) INTO vector_type
+    -- pgvector's names, by the extension's schema: the generated function resolves in pg_catalog.
+    SELECT format('%I.vector', n.nspname), format('OPERATOR(%I.<=>)', n.nspname),
+           format('%I.vector_dims', n.nspname)
+    INTO vector_type, distance, dims
     FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector';
     FOR m IN SELECT * FROM pgembed.models ORDER BY name LOOP
         -- The statement for one LIMIT constant (validated identifiers cannot contain '<').
         nearest := format($nearest$
             RETURN QUERY SELECT hits.key, hits.similarity FROM (
-                SELECT t.%1$I::text AS key, 1 - (t.%2$I <=> query) AS similarity
+                SELECT t.%1$I::text AS key, 1 - (t.%2$I %5$s query) AS similarity
                 FROM %3$I.%4$I t
                 WHERE t.%2$I IS NOT NULL
-                ORDER BY t.%2$I <=> query
+                ORDER BY t.%2$I %5$s query
                 LIMIT <limit>) hits
             LIMIT k;$nearest$,
-            m.key_column, m.embedding_column, m.table_schema, m.table_name);
+            m.key_column, m.embedding_column, m.table_schema, m.table_name, distance);
         branches := branches || format($branch$
     WHEN %1$L THEN
-        IF vector_dims(query) <> %2$s OR k > 100 THEN  -- the dynamic path (or its error)
+        IF %6$s(query) <> %2$s OR k > 100 THEN  -- the dynamic path (or its error)
             RETURN QUERY SELECT * FROM pgembed._nearest_v1(
                 model, query, k, NULL, NULL, pgembed._settings_v1(model));
             RETURN;
@@ -404,7 +442,7 @@ BEGIN
             done := set_config('hnsw.ef_search', ef, true);
         END IF;$branch$,
             m.name, m.dimensions, coalesce(m.ef_search, 40)::text,
-            replace(nearest, '<limit>', '10'), replace(nearest, '<limit>', '100'));
+            replace(nearest, '<limit>', '10'), replace(nearest, '<limit>', '100'), dims);
     END LOOP;
     IF branches = '' THEN  -- PL/pgSQL's CASE needs a WHEN
         branches := E'\n    WHEN NULL THEN NULL;';
@@ -414,7 +452,9 @@ BEGIN
         'CREATE OR REPLACE FUNCTION pgembed.search('
         'model text, query %s, k integer DEFAULT 10, filter jsonb DEFAULT NULL) '
         'RETURNS TABLE (key text, similarity double precision) LANGUAGE plpgsql '
-        'SET plan_cache_mode = force_generic_plan AS %L',
+        'SET plan_cache_mode = force_generic_plan SET search_path = pg_catalog, pg_temp '
+        'SET datestyle = ''ISO, MDY'' SET intervalstyle = postgres SET timezone = UTC '
+        'SET extra_float_digits = 1 SET bytea_output = hex AS %L',
         vector_type, format($body$
 -- A table's own columns may be named like these variables: they are always written t.<column>.
 #variable_conflict use_variable

@@ -4,6 +4,12 @@ CREATE OR REPLACE FUNCTION pgembed.search(model text, query vector, k integer DE
  RETURNS TABLE(key text, similarity double precision)
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET "DateStyle" TO 'ISO, MDY'
+ SET "IntervalStyle" TO 'postgres'
+ SET "TimeZone" TO 'utc'
+ SET extra_float_digits TO '1'
+ SET bytea_output TO 'hex'
 AS $function$
 -- A table's own columns may be named like these variables: they are always written t.<column>.
 #variable_conflict use_variable

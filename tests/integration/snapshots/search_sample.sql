@@ -4,6 +4,12 @@ CREATE OR REPLACE FUNCTION pgembed.search(model text, query vector, k integer DE
  RETURNS TABLE(key text, similarity double precision)
  LANGUAGE plpgsql
  SET plan_cache_mode TO 'force_generic_plan'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET "DateStyle" TO 'ISO, MDY'
+ SET "IntervalStyle" TO 'postgres'
+ SET "TimeZone" TO 'utc'
+ SET extra_float_digits TO '1'
+ SET bytea_output TO 'hex'
 AS $function$
 -- A table's own columns may be named like these variables: they are always written t.<column>.
 #variable_conflict use_variable
@@ -20,7 +26,7 @@ BEGIN
     END IF;
     CASE model
     WHEN 'sample' THEN
-        IF vector_dims(query) <> 3 OR k > 100 THEN  -- the dynamic path (or its error)
+        IF public.vector_dims(query) <> 3 OR k > 100 THEN  -- the dynamic path (or its error)
             RETURN QUERY SELECT * FROM pgembed._nearest_v1(
                 model, query, k, NULL, NULL, pgembed._settings_v1(model));
             RETURN;
@@ -45,18 +51,18 @@ BEGIN
         -- sorting the table would win); the outer LIMIT stops the scan after k rows.
         IF k <= 10 THEN
             RETURN QUERY SELECT hits.key, hits.similarity FROM (
-                SELECT t.id::text AS key, 1 - (t.embedding_sample <=> query) AS similarity
+                SELECT t.id::text AS key, 1 - (t.embedding_sample OPERATOR(public.<=>) query) AS similarity
                 FROM public.docs t
                 WHERE t.embedding_sample IS NOT NULL
-                ORDER BY t.embedding_sample <=> query
+                ORDER BY t.embedding_sample OPERATOR(public.<=>) query
                 LIMIT 10) hits
             LIMIT k;
         ELSE
             RETURN QUERY SELECT hits.key, hits.similarity FROM (
-                SELECT t.id::text AS key, 1 - (t.embedding_sample <=> query) AS similarity
+                SELECT t.id::text AS key, 1 - (t.embedding_sample OPERATOR(public.<=>) query) AS similarity
                 FROM public.docs t
                 WHERE t.embedding_sample IS NOT NULL
-                ORDER BY t.embedding_sample <=> query
+                ORDER BY t.embedding_sample OPERATOR(public.<=>) query
                 LIMIT 100) hits
             LIMIT k;
         END IF;

@@ -1,0 +1,38 @@
+-- The group roles of least privilege (`pgembed migrate --create-roles`), and their grants.
+-- Loaded by pgembed.sqlfiles; pgembed/roles.py runs them. README "Roles" lists the same.
+-- An application that only writes its own table needs no role and no grant here: the capture
+-- triggers run as the owner of pgembed's functions.
+
+-- name: create
+-- NOLOGIN group roles: grant them to login roles (GRANT pgembed_daemon TO my_worker).
+DO $do$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'pgembed_daemon') THEN
+        CREATE ROLE pgembed_daemon NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'pgembed_reader') THEN
+        CREATE ROLE pgembed_reader NOLOGIN;
+    END IF;
+END
+$do$;
+
+-- name: exists
+SELECT pg_catalog.to_regrole(%(role)s) IS NOT NULL;
+
+-- name: grant_daemon
+-- The sync daemon: the catalog to read, the queues to work, its heartbeat and batch records.
+GRANT USAGE ON SCHEMA pgembed TO pgembed_daemon;
+GRANT SELECT ON pgembed.migrations, pgembed.models, pgembed.model_versions TO pgembed_daemon;
+GRANT SELECT, INSERT, UPDATE, DELETE ON pgembed.queue, pgembed.inbox, pgembed.failures,
+    pgembed.truncated, pgembed.workers, pgembed.batches TO pgembed_daemon;
+-- A batch's write-back locks its model's catalog row FOR SHARE (so a reindex switch waits for
+-- it), and row locks need UPDATE on some column: the one column nothing reads.
+GRANT UPDATE (status) ON pgembed.models TO pgembed_daemon;
+
+-- name: grant_reader
+-- Searches: the helpers read the catalog (they run as the caller, who must also be able to
+-- SELECT the table: GRANT SELECT ON <table> TO <reader>), and `status` reads the queues.
+GRANT USAGE ON SCHEMA pgembed TO pgembed_reader;
+GRANT SELECT ON pgembed.migrations, pgembed.models, pgembed.model_versions, pgembed.queue,
+    pgembed.inbox, pgembed.failures, pgembed.truncated, pgembed.workers, pgembed.batches
+    TO pgembed_reader;

@@ -1,0 +1,158 @@
+"""Keys of every common type reach the worker intact, whatever the writer's session settings;
+a key that changes is queued under its new value; the capture triggers' other outcomes."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import pgembed
+from pgembed import db
+from pgembed.lifecycle import models
+
+# (column type, three keys as SQL literals)
+KEY_TYPES = {
+    "integer": ("1", "2", "3"),
+    "bigint": ("9007199254740993", "-5", "42"),
+    "text": ("'a b'", "'ünï'", "'x''y'"),
+    "uuid": (
+        "'00000000-0000-0000-0000-000000000001'",
+        "'b0b5c5c0-1111-4222-8333-944444444444'",
+        "'ffffffff-ffff-ffff-ffff-ffffffffffff'",
+    ),
+    "date": ("'2024-01-02'", "'2024-02-01'", "'1999-12-31'"),
+    "timestamptz": (
+        "'2024-01-02 03:04:05.123456+00'",
+        "'2024-02-01 23:59:59+05:30'",
+        "'2000-01-01 00:00:00-08'",
+    ),
+    "double precision": ("0.1", "1e300", "-2.5"),
+}
+
+# A writer whose session settings differ from the worker's in every way that changes key text.
+WRITER_SETTINGS = (
+    "SET datestyle = 'SQL, DMY'; SET timezone = 'Asia/Kolkata'; "
+    "SET extra_float_digits = 0; SET intervalstyle = 'sql_standard'"
+)
+
+
+def vectors_missing(conn: psycopg.Connection, table: str = "docs") -> int:
+    query = sql.SQL("SELECT count(*) FROM {} WHERE embedding_minilm IS NULL").format(
+        sql.Identifier(table)
+    )
+    row = conn.execute(query).fetchone()
+    return int(row[0]) if row else -1
+
+
+def pending(conn: psycopg.Connection) -> list[str]:
+    rows = conn.execute(
+        "SELECT key FROM pgembed.queue UNION SELECT key FROM pgembed.inbox ORDER BY 1"
+    )
+    return [key for (key,) in rows]
+
+
+@pytest.mark.parametrize("key_type", list(KEY_TYPES))
+def test_keys_survive_any_session_settings(db_url: str, key_type: str) -> None:
+    a, b, c = KEY_TYPES[key_type]
+    with db.connection(db_url) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE public.docs (id {} PRIMARY KEY, body text)").format(
+                sql.SQL(key_type)
+            )
+        )
+        models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+    with psycopg.connect(db_url, autocommit=True) as writer:
+        writer.execute(WRITER_SETTINGS)
+        writer.execute(
+            f"INSERT INTO docs VALUES ({a}, 'first text'), ({b}, 'second text'), "
+            f"({c}, 'third text')"
+        )
+    assert pgembed.sync_once(database_url=db_url).written == 3
+    with psycopg.connect(db_url, autocommit=True) as writer:
+        writer.execute(WRITER_SETTINGS)
+        writer.execute(f"UPDATE docs SET body = 'changed' WHERE id = {b}")
+        writer.execute(f"DELETE FROM docs WHERE id = {c}")
+    with db.connection(db_url) as conn:
+        assert len(pending(conn)) == 1
+    assert pgembed.sync_once(database_url=db_url).written == 1
+    with db.connection(db_url) as conn:
+        assert (vectors_missing(conn), pending(conn)) == (0, [])
+        # Searches hand back keys the helpers accept again.
+        key = conn.execute(
+            "SELECT key FROM pgembed.search('minilm', (SELECT embedding_minilm "
+            "FROM docs LIMIT 1), 1)"
+        ).fetchone()
+        assert key is not None
+        assert conn.execute(
+            "SELECT count(*) FROM pgembed.similar('minilm', %s, 2)", key
+        ).fetchone() == (1,)
+
+
+@pytest.fixture
+def docs(conn: psycopg.Connection, db_url: str) -> psycopg.Connection:
+    conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
+    conn.execute("INSERT INTO docs VALUES (1, 'a good phone'), (2, 'a bad charger')")
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+    pgembed.sync_once(database_url=db_url)
+    return conn
+
+
+def test_a_key_changed_while_queued_is_embedded_under_its_new_value(
+    docs: psycopg.Connection, db_url: str
+) -> None:
+    docs.execute("INSERT INTO docs VALUES (3, 'a third review')")
+    docs.execute("UPDATE docs SET id = 30 WHERE id = 3")
+    assert pending(docs) == ["30"]
+    assert pgembed.sync_once(database_url=db_url).written == 1
+    assert (vectors_missing(docs), pending(docs)) == (0, [])
+
+
+def test_a_key_change_of_an_embedded_row_keeps_its_vector(docs: psycopg.Connection) -> None:
+    docs.execute("UPDATE docs SET id = 10 WHERE id = 1")
+    assert (vectors_missing(docs), pending(docs)) == (0, [])
+
+
+def test_white_space_only_texts_are_not_queued(docs: psycopg.Connection, db_url: str) -> None:
+    blanks = ["\t\n ", "\u00a0\u00a0", "\u3000", "\u2003\u200b", "\ufeff "]
+    with docs.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO docs VALUES (%s, %s)", [(10 + i, t) for i, t in enumerate(blanks)]
+        )
+    docs.execute("UPDATE docs SET body = '\u3000 ' WHERE id = 1")
+    assert pending(docs) == []
+    docs.execute("UPDATE docs SET body = 'real words again' WHERE id = 10")
+    assert pending(docs) == ["10"]
+    assert pgembed.sync_once(database_url=db_url).written == 1
+
+
+def test_a_vector_written_by_hand_is_replaced(docs: psycopg.Connection, db_url: str) -> None:
+    before = docs.execute("SELECT embedding_minilm::text FROM docs WHERE id = 1").fetchone()
+    docs.execute("UPDATE docs SET embedding_minilm = array_fill(0.5, ARRAY[384])::vector")
+    assert vectors_missing(docs) == 2 and pending(docs) == ["1", "2"]
+    assert pgembed.sync_once(database_url=db_url).written == 2
+    after = docs.execute("SELECT embedding_minilm::text FROM docs WHERE id = 1").fetchone()
+    assert after == before
+
+
+def test_replica_mode_writes_are_captured(docs: psycopg.Connection) -> None:
+    # Logical replication's apply workers and pg_restore --disable-triggers's sessions run
+    # with session_replication_role = replica: the capture triggers fire ALWAYS.
+    with docs.transaction():
+        docs.execute("SET LOCAL session_replication_role = replica")
+        docs.execute("UPDATE docs SET body = 'replicated text' WHERE id = 2")
+        docs.execute("INSERT INTO docs VALUES (3, 'replicated row')")
+    assert pending(docs) == ["2", "3"]
+    assert vectors_missing(docs) == 2  # the old vector is never served for the new text
+
+
+def test_a_renamed_column_spares_the_application(docs: psycopg.Connection) -> None:
+    notices: list[str] = []
+    docs.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    docs.execute("ALTER TABLE docs RENAME COLUMN body TO content")
+    docs.execute("INSERT INTO docs VALUES (3, 'a new row')")
+    docs.execute("UPDATE docs SET content = 'new words' WHERE id = 1")
+    docs.execute("DELETE FROM docs WHERE id = 2")  # needs only the key: captured as ever
+    assert len(notices) == 2
+    assert all("has no column body any more (renamed or dropped?)" in n for n in notices)
+    assert "`pgembed model remove minilm`" in notices[0]

@@ -1,0 +1,217 @@
+"""Trust: no name pgembed calls resolves through a schema another role can write, and each role
+(owner, daemon, application writer, reader) works with only the privileges the README gives it.
+
+Roles are cluster-wide: each test makes its own with a random suffix and drops them after.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import pgembed
+from helpers import REVIEWS
+from pgembed import db, migrate, roles
+from pgembed.lifecycle import models
+
+
+def as_role(url: str, role: str) -> str:
+    """`url` whose sessions run as `role` (SET ROLE at connection start)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "options"]
+    query.append(("options", f"-c role={role}"))
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
+
+
+@pytest.fixture
+def make_role(db_url: str) -> Iterator[Callable[..., str]]:
+    """make_role(prefix, *options) -> a new NOLOGIN role's name; dropped with what it owns."""
+    made: list[str] = []
+
+    def make(prefix: str, *options: str) -> str:
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        with db.connection(db_url) as conn:
+            conn.execute(
+                sql.SQL("CREATE ROLE {} NOLOGIN {}").format(
+                    sql.Identifier(name), sql.SQL(" ".join(options))
+                )
+            )
+        made.append(name)
+        return name
+
+    yield make
+    with db.connection(db_url) as conn:
+        for name in reversed(made):
+            conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+# Overloads a role with CREATE on public plants to catch a superuser calling them: each records
+# who called it and tries to make its owner a superuser. Types are the ones pgembed meets on a
+# varchar table (varchar, text[]), where a public overload would beat pg_catalog's by type.
+_TRAPS = """
+CREATE TABLE public.hijacked (by_role text, via text);
+GRANT INSERT ON public.hijacked TO PUBLIC;
+CREATE FUNCTION public.pwn(via text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.hijacked VALUES (current_user, via);
+    BEGIN
+        EXECUTE format('ALTER ROLE %I SUPERUSER', '{owner}');
+    EXCEPTION WHEN others THEN NULL;
+    END;
+END $$;
+CREATE FUNCTION public.unnest(text[]) RETURNS SETOF text LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.pwn('unnest'); RETURN QUERY SELECT pg_catalog.unnest($1); END $$;
+CREATE FUNCTION public.md5(varchar) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.pwn('md5'); RETURN pg_catalog.md5($1::text); END $$;
+CREATE FUNCTION public.btrim(varchar) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.pwn('btrim'); RETURN pg_catalog.btrim($1::text); END $$;
+CREATE FUNCTION public.left(varchar, integer) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.pwn('left'); RETURN pg_catalog.left($1::text, $2); END $$;
+CREATE FUNCTION public.format(text, text, text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.pwn('format'); RETURN pg_catalog.format($1, $2, $3); END $$;
+CREATE FUNCTION public.to_tsvector(regconfig, varchar) RETURNS tsvector LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.pwn('to_tsvector'); RETURN pg_catalog.to_tsvector($1, $2::text); END $$;
+CREATE FUNCTION public.trap_eq(varchar, varchar) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.pwn('='); RETURN $1::text = $2::text; END $$;
+CREATE OPERATOR public.= (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.trap_eq);
+CREATE FUNCTION public.trap_ne(varchar, varchar) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.pwn('<>'); RETURN $1::text <> $2::text; END $$;
+CREATE OPERATOR public.<> (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.trap_ne);
+"""
+
+
+def test_search_path_hijack_leaves_the_role_powerless(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    mallory = make_role("mallory")
+    with db.connection(db_url) as conn:
+        # Before PostgreSQL 15 every role may CREATE in public; pgvector lives there.
+        conn.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(mallory)))
+        conn.execute(
+            "CREATE TABLE docs (id varchar(20) PRIMARY KEY, body varchar(2000), tag varchar(10))"
+        )
+        conn.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON docs TO PUBLIC")
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(mallory)))
+        conn.execute(_TRAPS.replace("{owner}", mallory).encode())
+        conn.execute("RESET ROLE")
+        # The traps work: a superuser session with the default search_path falls into them.
+        with psycopg.connect(db_url, autocommit=True) as naive:
+            naive.execute("BEGIN")
+            naive.execute("SELECT md5('x'::varchar)")
+            assert naive.execute("SELECT count(*) FROM public.hijacked").fetchone() == (1,)
+            naive.execute("ROLLBACK")
+        conn.execute(sql.SQL("ALTER ROLE {} NOSUPERUSER").format(sql.Identifier(mallory)))
+
+        # Everything pgembed does, as a superuser: add, capture, sync, every search, status.
+        models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+        models.fulltext(conn, "minilm")
+        conn.execute(
+            "INSERT INTO docs SELECT id::text, body, 'tag' || id %% 2 FROM (VALUES "
+            + ", ".join(f"({i}, %s)" for i, _ in REVIEWS)
+            + ") AS v(id, body)",
+            [body for _, body in REVIEWS],
+        )
+        conn.execute("UPDATE docs SET body = body || ' Really.' WHERE id::text = '1'")
+        conn.execute("UPDATE docs SET id = '10' WHERE id::text = '2'")
+        conn.execute("DELETE FROM docs WHERE id::text = '3'")
+    assert pgembed.sync_once(database_url=db_url).written == len(REVIEWS) - 1
+    with pgembed.Client(db_url) as client:
+        assert client.search("minilm", "battery life", k=3)
+        assert client.search("minilm", "battery", k=3, filter={"tag": "tag1", "id": {"$ne": "5"}})
+        assert client.hybrid_search("minilm", "battery", k=3, filter={"tag": {"$in": ["tag1"]}})
+        assert client.similar("minilm", "1", k=2)
+    pgembed.status(database_url=db_url)
+    # The SQL helpers, called from a session with the default search_path, public first. (This
+    # test's own statements compare keys as text: `id = '1'` on varchar would itself fall in.)
+    with psycopg.connect(db_url, autocommit=True) as user:
+        user.execute("SET search_path = public, pg_catalog")
+        vector = user.execute("SELECT embedding_minilm FROM docs WHERE id::text = '1'").fetchone()
+        assert vector is not None
+        user.execute("SELECT * FROM pgembed.search('minilm', %s::vector, 3)", vector)
+        user.execute(
+            "SELECT * FROM pgembed.search('minilm', %s::vector, 3, '{\"tag\": \"tag1\"}')", vector
+        )
+        user.execute("SELECT * FROM pgembed.similar('minilm', '1', 3, '{\"tag\": \"tag1\"}')")
+        user.execute("SELECT * FROM pgembed.hybrid_search('minilm', %s::vector, 'battery')", vector)
+        user.execute("UPDATE docs SET body = 'changed' WHERE id::text = '4'")
+        user.execute("UPDATE docs SET id = '40' WHERE id::text = '4'")
+        user.execute("INSERT INTO docs VALUES ('20', 'one more', 'tag0')")
+        user.execute("DELETE FROM docs WHERE id::text = '20'")
+        user.execute("TRUNCATE docs")
+
+        assert user.execute("SELECT * FROM public.hijacked").fetchall() == []
+        row = user.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (mallory,))
+        assert row.fetchone() == (False,)
+
+
+def test_each_role_works_with_only_its_grants(
+    db_url: str, make_role: Callable[..., str], empty_db_url: str
+) -> None:
+    # make_role before empty_db_url: the database goes first, then the roles that owned in it.
+    new_role = make_role
+    owner = new_role("owner", "CREATEROLE")
+    with db.connection(empty_db_url) as conn:
+        conn.execute("CREATE EXTENSION vector")  # or pgvector's trusted install by the owner
+        conn.execute(
+            sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(
+                sql.Identifier(urlsplit(empty_db_url).path.lstrip("/")), sql.Identifier(owner)
+            )
+        )
+        conn.execute("CREATE TABLE reviews (id integer PRIMARY KEY, body text, stars integer)")
+        conn.execute(sql.SQL("ALTER TABLE reviews OWNER TO {}").format(sql.Identifier(owner)))
+        # CREATE INDEX wants CREATE on the table's schema, even from the table's owner.
+        conn.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(owner)))
+    owner_url = as_role(empty_db_url, owner)
+    with db.connection(owner_url) as conn:
+        migrate.migrate(conn, create_roles=True)
+        models.add(conn, models.AddRequest("minilm", "reviews", "body", precision="fp32"))
+    writer = new_role("writer")
+    daemon = new_role("daemon", f"IN ROLE {roles.DAEMON}")
+    reader = new_role("reader", f"IN ROLE {roles.READER}")
+    with db.connection(owner_url) as conn:
+        conn.execute(
+            sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON reviews TO {}").format(
+                sql.Identifier(writer)
+            )
+        )
+        conn.execute(sql.SQL("GRANT SELECT ON reviews TO {}").format(sql.Identifier(reader)))
+
+    # The application writer: its own table only; pgembed's queues stay out of its reach.
+    with db.connection(as_role(empty_db_url, writer)) as conn:
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO reviews VALUES (%s, %s, 3)", REVIEWS)
+        conn.execute("UPDATE reviews SET body = body || '!' WHERE id = 1")
+        conn.execute("UPDATE reviews SET id = 20 WHERE id = 2")
+        conn.execute("DELETE FROM reviews WHERE id = 3")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM pgembed.inbox")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("DELETE FROM pgembed.queue")
+    # Even with the reader's USAGE on schema pgembed, its own trigger may not call pgembed's
+    # capture functions (they run as their owner).
+    with db.connection(owner_url) as conn:
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA pgembed TO {}").format(sql.Identifier(writer)))
+    with db.connection(as_role(empty_db_url, writer)) as conn:
+        conn.execute("CREATE TEMP TABLE mine (id integer)")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(
+                "CREATE TRIGGER t AFTER TRUNCATE ON mine "
+                "EXECUTE FUNCTION pgembed.capture_truncate_v1('minilm')"
+            )
+
+    # The daemon: embeds everything the writer did.
+    assert pgembed.sync_once(database_url=as_role(empty_db_url, daemon)).written == len(REVIEWS) - 1
+    # The reader: searches and status; no writes to pgembed's tables.
+    reader_url = as_role(empty_db_url, reader)
+    with pgembed.Client(reader_url) as client:
+        hits = client.search("minilm", "battery life", k=2)
+    assert [hit.key for hit in hits][:1] == [1]
+    assert pgembed.status(database_url=reader_url)[0]["queued"] == 0
+    with db.connection(reader_url) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("DELETE FROM pgembed.queue")
