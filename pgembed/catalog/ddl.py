@@ -6,12 +6,23 @@ Every user identifier goes through psycopg.sql.Identifier; every value is a boun
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
 import psycopg
 from psycopg import sql
 
-from pgembed import capture, sqlfiles
-from pgembed.catalog import naming
+from pgembed import capture, db, defaults, sqlfiles
+from pgembed.catalog import naming, tables
 from pgembed.catalog.registry import ModelSpec
+from pgembed.errors import DatabaseError
+
+log = logging.getLogger("pgembed.ddl")
+
+T = TypeVar("T")
+OnWait = Callable[[str], None]  # told one line each time a lock could not be had in time
 
 # The text search configuration of the full-text index; the SQL helpers in migrations/0002 use
 # the same expression, to_tsvector('english', text), so the planner can match it to the index.
@@ -28,8 +39,11 @@ def create(conn: psycopg.Connection, spec: ModelSpec) -> None:
 def add_column(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """The model's vector column, of its dimensions."""
     conn.execute(
-        sql.SQL("ALTER TABLE {} ADD COLUMN {} vector({})").format(
-            naming.table(spec), sql.Identifier(spec.embedding_column), sql.Literal(spec.dimensions)
+        sql.SQL("ALTER TABLE {} ADD COLUMN {} {}({})").format(
+            naming.table(spec),
+            sql.Identifier(spec.embedding_column),
+            db.vector_name(conn, "vector"),
+            sql.Literal(spec.dimensions),
         )
     )
 
@@ -44,13 +58,14 @@ def create_index(
     """The model's HNSW index, under `name` when a rebuild needs a temporary one."""
     conn.execute(
         sql.SQL(
-            "CREATE INDEX {concurrently} {name} ON {table} USING hnsw ({column} vector_cosine_ops) "
+            "CREATE INDEX {concurrently} {name} ON {table} USING hnsw ({column} {opclass}) "
             "WITH (m = {m}, ef_construction = {ef})"
         ).format(
             concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""),
             name=sql.Identifier(name or naming.index_name(spec)),
             table=naming.table(spec),
             column=sql.Identifier(spec.embedding_column),
+            opclass=db.vector_name(conn, "vector_cosine_ops"),
             m=sql.Literal(spec.hnsw_m),
             ef=sql.Literal(spec.hnsw_ef_construction),
         )
@@ -64,7 +79,7 @@ def create_fulltext_index(
     conn.execute(
         sql.SQL(
             "CREATE INDEX {concurrently} IF NOT EXISTS {name} ON {table} "
-            "USING gin (to_tsvector({config}, {column}))"
+            "USING gin (pg_catalog.to_tsvector({config}, {column}))"
         ).format(
             concurrently=sql.SQL("CONCURRENTLY" if concurrently else ""),
             name=sql.Identifier(naming.fulltext_index_name(spec)),
@@ -94,8 +109,64 @@ def drop_concurrently(conn: psycopg.Connection, schema: str, name: str) -> None:
     )
 
 
+def retrying_locks(
+    conn: psycopg.Connection,
+    schema: str,
+    name: str,
+    work: Callable[[], T],
+    on_wait: OnWait | None = None,
+    *,
+    wait_seconds: float = defaults.DDL_LOCK_WAIT_SECONDS,
+) -> T:
+    """Run `work` (DDL on table schema.name) in one transaction whose lock waits last at most
+    DDL_LOCK_TIMEOUT: a waiting ACCESS EXCLUSIVE request queues every other query on the table
+    behind it. A timed-out attempt is rolled back whole, then tried again after a pause."""
+    say = on_wait or log.warning
+    deadline = time.monotonic() + wait_seconds
+    pause = defaults.DDL_RETRY_FIRST_PAUSE
+    while True:
+        try:
+            with conn.transaction():
+                conn.execute(
+                    "SELECT pg_catalog.set_config('lock_timeout', %s, true)",
+                    (defaults.DDL_LOCK_TIMEOUT,),
+                )
+                return work()
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
+            holders = _lock_holders(conn, schema, name)
+            if time.monotonic() + pause > deadline:
+                raise DatabaseError(
+                    f"gave up after {wait_seconds:g} s waiting for a lock on table "
+                    f"{schema}.{name}{holders}: end that transaction and run the command again"
+                ) from None
+            say(f"waiting for a lock on table {schema}.{name}{holders}; trying again")
+            time.sleep(pause)
+            pause = min(pause * 2, defaults.DDL_RETRY_MAX_PAUSE)
+
+
+def _lock_holders(conn: psycopg.Connection, schema: str, name: str) -> str:
+    """` (held by pid N, M)` for the sessions holding a lock on the table, or nothing."""
+    query = sqlfiles.get("catalog", "table_lock_holders")
+    row = conn.execute(query, {"schema": schema, "name": name}).fetchone()
+    pids = row[0] if row and row[0] else []
+    return f" (held by pid {', '.join(map(str, pids))})" if pids else ""
+
+
+def lock_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """Take the table's ACCESS EXCLUSIVE lock first, so a timeout leaves nothing half-done."""
+    conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(naming.table(spec)))
+
+
 def drop(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    """Remove the model's triggers, index and column; the table's other data is untouched."""
+    """Remove what still exists of the model's triggers, indexes and column (a dropped table took
+    them along), and its bookkeeping; the table's other data is untouched."""
+    if tables.is_table(conn, spec.table_schema, spec.table_name):
+        drop_objects(conn, spec)
+    forget(conn, spec)
+
+
+def drop_objects(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """The model's triggers, indexes and column, of those that exist."""
     table = naming.table(spec)
     capture.drop_triggers(conn, spec)
     for index in (naming.index_name(spec), naming.fulltext_index_name(spec)):
@@ -107,6 +178,10 @@ def drop(conn: psycopg.Connection, spec: ModelSpec) -> None:
             table, sql.Identifier(spec.embedding_column)
         )
     )
+
+
+def forget(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """The model's queue, inbox, failures, truncation and batch records."""
     for bookkeeping in ("queue", "inbox", "failures", "truncated", "batches"):
         conn.execute(
             sql.SQL("DELETE FROM pgembed.{} WHERE model = %s").format(sql.Identifier(bookkeeping)),

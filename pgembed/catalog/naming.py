@@ -14,13 +14,14 @@ from pgembed.errors import UsageError
 if TYPE_CHECKING:
     from pgembed.catalog.registry import ModelSpec
 
-_MODEL_RE = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
-_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
+# Matched with fullmatch: `$` would also match before a final newline ("abc\n").
+_MODEL_RE = re.compile(r"[a-z][a-z0-9_]{0,47}")
+_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
 
 
 def model_name(name: str) -> str:
     """A model name becomes part of a column name (`embedding_<name>`), so it is kept plain."""
-    if not _MODEL_RE.match(name):
+    if not _MODEL_RE.fullmatch(name):
         raise UsageError(
             f"invalid model name {name!r}: use 1-48 lowercase letters, digits or '_', "
             "starting with a letter"
@@ -34,7 +35,7 @@ def model_name(name: str) -> str:
 
 def identifier(kind: str, name: str) -> str:
     """A table or column name: letters, digits, '_' and '$', at most 63 characters."""
-    if not _IDENT_RE.match(name):
+    if not _IDENT_RE.fullmatch(name):
         raise UsageError(
             f"invalid {kind} name {name!r}: use letters, digits, '_' or '$' (at most 63), "
             "starting with a letter or '_'"
@@ -92,7 +93,7 @@ def table(spec: ModelSpec) -> sql.Identifier:
 
 
 # format_type() output of the key column, e.g. "integer", "character varying(20)", "uuid".
-_KEY_TYPE_RE = re.compile(r"^[a-z][a-z0-9_ ]*(\(\d+(,\d+)?\))?(\[\])?$")
+_KEY_TYPE_RE = re.compile(r"[a-z][a-z0-9_ ]*(\(\d+(,\d+)?\))?(\[\])?")
 
 
 def key_type(spec: ModelSpec) -> sql.Composable:
@@ -100,6 +101,6 @@ def key_type(spec: ModelSpec) -> sql.Composable:
 
     It comes from the server's format_type(), not from a user; it is still checked to be plain.
     """
-    if not _KEY_TYPE_RE.match(spec.key_type):
+    if not _KEY_TYPE_RE.fullmatch(spec.key_type):
         raise UsageError(f"unsupported key column type {spec.key_type!r}")
     return sql.SQL(spec.key_type)  # type: ignore[arg-type,unused-ignore]

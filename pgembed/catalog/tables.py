@@ -19,6 +19,9 @@ class TableInfo:
     columns: dict[str, str]  # column -> format_type()
     primary_key: tuple[str, ...]
     unique_columns: frozenset[str]  # columns with a single-column unique index
+    not_null: frozenset[str] = frozenset()
+    generated: frozenset[str] = frozenset()  # GENERATED ALWAYS AS (...) columns
+    partitioned: bool = False
 
 
 def inspect(conn: psycopg.Connection, schema: str, name: str) -> TableInfo:
@@ -33,7 +36,35 @@ def inspect(conn: psycopg.Connection, schema: str, name: str) -> TableInfo:
     indexes = conn.execute(sqlfiles.get("catalog", "table_unique_indexes"), oid).fetchall()
     primary = next((tuple(cols) for is_pk, cols in indexes if is_pk), ())
     unique = frozenset(cols[0] for _, cols in indexes if len(cols) == 1)
-    return TableInfo(schema, name, columns, primary, unique)
+    flags = conn.execute(sqlfiles.get("catalog", "table_column_flags"), oid).fetchall()
+    return TableInfo(
+        schema,
+        name,
+        columns,
+        primary,
+        unique,
+        not_null=frozenset(column for _, column, not_null, _ in flags if not_null),
+        generated=frozenset(column for _, column, _, generated in flags if generated),
+        partitioned=any(partitioned for partitioned, *_ in flags),
+    )
+
+
+def is_table(conn: psycopg.Connection, schema: str, name: str) -> bool:
+    """Whether schema.name is a table (plain or partitioned)."""
+    row = conn.execute(sqlfiles.get("catalog", "table_oid"), {"schema": schema, "name": name})
+    return row.fetchone() is not None
+
+
+def watchable(info: TableInfo) -> TableInfo:
+    """`info`, if pgembed can watch the table: a partitioned one needs per-partition indexes
+    and CREATE INDEX CONCURRENTLY (full-text, reindex, alter), which pgembed does not do."""
+    if info.partitioned:
+        raise UsageError(
+            f"table {info.schema}.{info.name} is partitioned: not supported (pgembed builds its "
+            "indexes concurrently, which PostgreSQL refuses on a partitioned table); "
+            "add the model to each partition instead"
+        )
+    return info
 
 
 def exists(conn: psycopg.Connection, schema: str, name: str) -> bool:
@@ -52,6 +83,12 @@ def key_column(info: TableInfo, requested: str | None) -> str:
                 f"key column {requested!r} of {info.schema}.{info.name} is not unique: "
                 "use a primary key or a column with a unique index"
             )
+        if requested not in info.not_null:  # a NULL key would fail the writer's statement
+            raise UsageError(
+                f"key column {requested!r} of {info.schema}.{info.name} allows NULL: make it "
+                f"NOT NULL (ALTER TABLE {info.schema}.{info.name} ALTER COLUMN {requested} "
+                "SET NOT NULL) or use the primary key"
+            )
         return requested
     if len(info.primary_key) != 1:
         what = "no primary key" if not info.primary_key else "a multi-column primary key"
@@ -64,6 +101,12 @@ def key_column(info: TableInfo, requested: str | None) -> str:
 
 def text_column(info: TableInfo, column: str) -> str:
     require_column(info, column)
+    if column in info.generated:  # the update trigger's WHEN cannot name a generated column
+        raise UsageError(
+            f"column {column!r} of {info.schema}.{info.name} is GENERATED: watch a real column "
+            "instead (e.g. the one it is computed from); PostgreSQL forbids generated columns "
+            "in the WHEN of a BEFORE trigger, which pgembed's update capture is"
+        )
     if info.columns[column] not in _TEXT_TYPES and not info.columns[column].startswith(
         ("character varying(", "character(")
     ):
@@ -76,3 +119,20 @@ def text_column(info: TableInfo, column: str) -> str:
 def require_column(info: TableInfo, column: str) -> None:
     if column not in info.columns:
         raise NotFoundError(f"column {column!r} does not exist in table {info.schema}.{info.name}")
+
+
+def problem(conn: psycopg.Connection, schema: str, name: str, columns: list[str]) -> str | None:
+    """Why a watched table can no longer be served (dropped, or a column gone), else None.
+
+    The daemon skips such a model and `status` marks it broken; both say this one line."""
+    try:
+        info = inspect(conn, schema, name)
+    except NotFoundError:
+        return f"table {schema}.{name} no longer exists (dropped or renamed)"
+    missing = [column for column in columns if column not in info.columns]
+    if missing:
+        return (
+            f"table {schema}.{name} has no column {', '.join(map(repr, missing))} any more "
+            "(dropped or renamed): rename it back, or `pgembed model remove` the model"
+        )
+    return None

@@ -86,13 +86,18 @@ def model_add(
         precision=precision_,
     )
     with app.connect() as conn:
-        spec, queued = models.add(conn, request)
+        spec, queued = models.add(conn, request, on_wait=_say_waiting)
     click.echo(
         f"added model {spec.name}: {spec.model_ref} ({spec.pooling} pooling, {spec.dimensions} "
         f"dimensions) on {spec.qualified_table}.{spec.text_column} -> {spec.embedding_column}; "
         f"{queued} rows queued (run `pgembed sync`)"
     )
     click.echo(f"precision {spec.precision}: {spec.precision_note}")
+
+
+def _say_waiting(line: str) -> None:
+    """A DDL statement timed out on its table lock and will try again: say so on stderr."""
+    click.echo(f"pgembed: {line}", err=True)
 
 
 @model_group.command("list")
@@ -120,7 +125,7 @@ def model_list(app: App, as_json: bool) -> None:
 def model_remove(app: App, name: str) -> None:
     """Drop model NAME's column, index, queue and triggers; the table's other data stays."""
     with app.connect() as conn:
-        spec = models.remove(conn, name)
+        spec = models.remove(conn, name, on_wait=_say_waiting)
     click.echo(f"removed model {spec.name} ({spec.embedding_column} dropped)")
 
 
@@ -130,7 +135,7 @@ def model_remove(app: App, name: str) -> None:
 def model_fulltext(app: App, name: str) -> None:
     """Create model NAME's full-text index (for --hybrid), without blocking writes."""
     with app.connect() as conn:
-        spec = models.fulltext(conn, name)
+        spec = models.fulltext(conn, name, url=app.url, on_wait=_say_waiting)
     click.echo(f"model {spec.name}: full-text index pgembed_{spec.name}_fts is ready")
 
 

@@ -37,6 +37,9 @@ def _status_text(conn: psycopg.Connection, report: list[dict[str, Any]]) -> str:
         return "no models: add one with `pgembed model add`"
     lines = []
     for m in report:
+        if m["broken"]:
+            lines.append(_broken_text(m))
+            continue
         lines.append(
             f"{m['name']}: {m['model']} ({m['pooling']}, {m['dimensions']}d) on "
             f"{m['table']}.{m['column']}\n"
@@ -56,8 +59,19 @@ def _status_text(conn: psycopg.Connection, report: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _broken_text(m: dict[str, Any]) -> str:
+    """A model whose table or column is gone: why, and what is still known."""
+    return (
+        f"{m['name']}: BROKEN: {m['broken']}\n"
+        f"  ({m['model']} on {m['table']}.{m['column']})  queued {m['queued']}  "
+        f"failed {m['failed']}"
+    )
+
+
 def reindex_line(name: str, info: dict[str, Any]) -> str:
     """The `pgembed status` line of a reindex in progress."""
+    if info.get("broken"):
+        return f"  reindex to version {info['version']} BROKEN: {info['broken']}"
     index = "index built" if info["index_built"] else "index not built yet"
     return (
         f"  reindex to version {info['version']} in progress ({info['model']}, {info['pooling']}, "

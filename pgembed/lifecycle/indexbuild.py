@@ -1,5 +1,8 @@
 """HNSW builds that never block searches: CREATE INDEX CONCURRENTLY, watched from a second session.
 
+A concurrent build's lock (SHARE UPDATE EXCLUSIVE) never blocks reads or writes, so it needs no
+lock_timeout; it does wait for older transactions to end, and the watcher says which it waits for.
+
 Used by a reindex (the shadow column's index) and by `reindex --index-only` (a new index beside
 the live one, swapped in by a rename in one short transaction).
 """
@@ -8,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import psycopg
@@ -115,8 +119,22 @@ def rebuild(
         return switch.swap_index(conn, wanted, temporary)
 
 
+@contextmanager
+def reporting_waits(
+    url: str, builder: psycopg.Connection, on_wait: ddl.OnWait | None = None
+) -> Iterator[None]:
+    """While `builder` runs a concurrent index build, tell `on_wait` which sessions it waits for."""
+    watcher = _Watcher(url, builder, None, None, on_wait=on_wait)
+    watcher.start()
+    try:
+        yield
+    finally:
+        watcher.finish()
+
+
 class _Watcher:
-    """Polls the build's progress from a second session, and cancels the build on `stop`."""
+    """Polls the build's progress and what it waits for from a second session, and cancels the
+    build on `stop`."""
 
     def __init__(
         self,
@@ -125,6 +143,7 @@ class _Watcher:
         on_progress: OnBuildProgress | None,
         stop: threading.Event | None,
         interval: float = 0.5,
+        on_wait: ddl.OnWait | None = None,
     ) -> None:
         self._url = url
         self._builder = builder
@@ -132,6 +151,8 @@ class _Watcher:
         self._on_progress = on_progress
         self._stop = stop
         self._interval = interval
+        self._on_wait = on_wait or log.warning
+        self._blockers: list[int] = []
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pgembed-index-progress")
 
@@ -149,9 +170,21 @@ class _Watcher:
                     if self._stop is not None and self._stop.is_set():
                         self._builder.cancel_safe()
                         return
+                    self._report_waits(conn)
                     self._sample(conn)
         except psycopg.Error as exc:  # progress is a nicety: never fail the build over it
             log.warning("cannot read index build progress: %s", db.first_line(exc))
+
+    def _report_waits(self, conn: psycopg.Connection) -> None:
+        """One line each time the build starts waiting for other sessions' transactions."""
+        row = conn.execute("SELECT pg_catalog.pg_blocking_pids(%s)", (self._pid,)).fetchone()
+        blockers = sorted(row[0]) if row and row[0] else []
+        if blockers and blockers != self._blockers:
+            self._on_wait(
+                f"the index build waits for pid {', '.join(map(str, blockers))} to end its "
+                "transaction (reads and writes of the table go on meanwhile)"
+            )
+        self._blockers = blockers
 
     def _sample(self, conn: psycopg.Connection) -> None:
         row = conn.execute(

@@ -6,11 +6,12 @@ from dataclasses import dataclass, replace
 
 import psycopg
 
-from pgembed import capture, defaults
+from pgembed import capture, defaults, sqlfiles
 from pgembed.catalog import ddl, naming, registry, tables
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, hardware, precision
 from pgembed.errors import UsageError
+from pgembed.lifecycle import indexbuild
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,13 @@ class AddRequest:
     precision: str = "auto"  # auto, fp32, bf16 or int8: see precision.choose
 
 
-def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
-    """Register the model and create its objects; returns the spec and how many rows were queued."""
+def add(
+    conn: psycopg.Connection, request: AddRequest, on_wait: ddl.OnWait | None = None
+) -> tuple[ModelSpec, int]:
+    """Register the model and create its objects; returns the spec and how many rows were queued.
+
+    The table lock is waited for in short attempts (`ddl.retrying_locks`), each told to `on_wait`.
+    """
     name = naming.model_name(request.name)
     schema, table = naming.parse_table(request.table)
     column = naming.identifier("column", request.column)
@@ -39,7 +45,7 @@ def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
         raise UsageError("--max-seq-length must be a positive number of word pieces")
     if registry.exists(conn, name):
         raise UsageError(f"model {name!r} already exists: see `pgembed model list`")
-    info = tables.inspect(conn, schema, table)
+    info = tables.watchable(tables.inspect(conn, schema, table))
     text_column = tables.text_column(info, column)
     key_column = tables.key_column(info, key)
     embedding_column = naming.embedding_column(name)
@@ -73,14 +79,17 @@ def add(conn: psycopg.Connection, request: AddRequest) -> tuple[ModelSpec, int]:
         document_prefix=request.document_prefix,
     )
     spec = with_precision(conn, spec, request.precision)
-    with conn.transaction():
+
+    def create() -> int:
+        ddl.lock_table(conn, spec)
         registry.insert(conn, spec)
         registry.record_version(conn, spec, spec.name, active=True)
         ddl.create(conn, spec)
         if request.fulltext:
             ddl.create_fulltext_index(conn, spec)
-        queued = capture.enqueue_existing(conn, spec)
-    return spec, queued
+        return capture.enqueue_existing(conn, spec)
+
+    return spec, ddl.retrying_locks(conn, schema, table, create, on_wait)
 
 
 def load_checked(settings: embedder.Settings) -> embedder.ModelInfo:
@@ -94,26 +103,46 @@ def load_checked(settings: embedder.Settings) -> embedder.ModelInfo:
     return info
 
 
-def remove(conn: psycopg.Connection, name: str) -> ModelSpec:
+def remove(conn: psycopg.Connection, name: str, on_wait: ddl.OnWait | None = None) -> ModelSpec:
+    """Drop what is left of the model (its table or columns may be gone) and its catalog rows."""
     spec = registry.get(conn, name)
-    with conn.transaction():
+
+    def drop() -> None:
+        # Catalog rows first, then the table: the sync write-back's order (no deadlock).
+        conn.execute(sqlfiles.get("lifecycle", "lock_model_rows"), {"name": name})
+        if tables.is_table(conn, spec.table_schema, spec.table_name):
+            ddl.lock_table(conn, spec)
         shadow = registry.shadow(conn, name)
         if shadow is not None:  # a reindex in progress goes with its model
             ddl.drop(conn, shadow)
             registry.delete(conn, shadow.name)
         ddl.drop(conn, spec)
         registry.delete(conn, name)
+
+    ddl.retrying_locks(conn, spec.table_schema, spec.table_name, drop, on_wait)
     return spec
 
 
-def fulltext(conn: psycopg.Connection, name: str) -> ModelSpec:
-    """Create the model's full-text index if it is missing, without blocking writes to the table.
+def fulltext(
+    conn: psycopg.Connection,
+    name: str,
+    *,
+    url: str | None = None,
+    on_wait: ddl.OnWait | None = None,
+) -> ModelSpec:
+    """Create the model's full-text index if it is missing, without blocking reads or writes.
 
     `conn` must be in autocommit mode (CREATE INDEX CONCURRENTLY cannot run in a transaction).
+    Given the `url`, a second session tells `on_wait` whose transactions the build waits for.
     """
     spec = registry.get(conn, name)
+    tables.watchable(tables.inspect(conn, spec.table_schema, spec.table_name))
     ddl.drop_invalid_fulltext_index(conn, spec)
-    ddl.create_fulltext_index(conn, spec, concurrently=True)
+    if url is None:
+        ddl.create_fulltext_index(conn, spec, concurrently=True)
+        return spec
+    with indexbuild.reporting_waits(url, conn, on_wait):
+        ddl.create_fulltext_index(conn, spec, concurrently=True)
     return spec
 
 

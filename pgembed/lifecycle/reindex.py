@@ -113,13 +113,16 @@ def begin(conn: psycopg.Connection, name: str, change: Change | None) -> tuple[M
         )
     if registry.exists(conn, shadow.name):
         raise UsageError(f"a model named {shadow.name!r} exists: remove it to reindex {name!r}")
-    with conn.transaction():
+
+    def start() -> int:  # waits for the table in short attempts: see ddl.retrying_locks
+        ddl.lock_table(conn, shadow)
         registry.insert(conn, shadow)
         registry.record_version(conn, shadow, name, active=False)
         ddl.add_column(conn, shadow)
         capture.create_triggers(conn, shadow)
-        queued = capture.enqueue_existing(conn, shadow)
-    return shadow, queued
+        return capture.enqueue_existing(conn, shadow)
+
+    return shadow, ddl.retrying_locks(conn, spec.table_schema, spec.table_name, start)
 
 
 def _unchanged(spec: ModelSpec, shadow: ModelSpec) -> bool:
@@ -137,11 +140,14 @@ def abort(conn: psycopg.Connection, name: str) -> ModelSpec:
     shadow = registry.shadow(conn, name)
     if shadow is None:
         raise UsageError(f"model {name!r} has no reindex in progress")
-    with conn.transaction():
+
+    def drop() -> None:  # waits for the table in short attempts: see ddl.retrying_locks
         ddl.drop(conn, shadow)
         registry.delete(conn, shadow.name)
         forget = {"name": name, "version": shadow.version}
         conn.execute(sqlfiles.get("lifecycle", "forget_version"), forget)
+
+    ddl.retrying_locks(conn, shadow.table_schema, shadow.table_name, drop)
     return shadow
 
 

@@ -9,18 +9,21 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from pgembed import defaults, sqlfiles
-from pgembed.catalog import ddl, naming, registry
+from pgembed.catalog import ddl, naming, registry, tables
 from pgembed.catalog.registry import ModelSpec
 from pgembed.lifecycle import reindex
 
 
+def broken(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
+    """Why the model's table can no longer be served (dropped table or column), else None."""
+    columns = [spec.key_column, spec.text_column, spec.embedding_column]
+    return tables.problem(conn, spec.table_schema, spec.table_name, columns)
+
+
 def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
-    counts = conn.execute(
-        sql.SQL("SELECT count(*), count({}) FROM {}").format(
-            sql.Identifier(spec.embedding_column), naming.table(spec)
-        )
-    ).fetchone()
-    rows_total, rows_embedded = counts if counts else (0, 0)
+    """The model's numbers; `broken` says why its table cannot be read (its rows are then None)."""
+    problem = broken(conn, spec)
+    rows_total, rows_embedded = (None, None) if problem else _counts(conn, spec)
     with conn.cursor(row_factory=dict_row) as cur:
         stats = (
             cur.execute(sqlfiles.get("lifecycle", "queue_stats"), {"model": spec.name}).fetchone()
@@ -31,6 +34,7 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
     oldest = stats.get("oldest_queued_seconds")
     return {
         "name": spec.name,
+        "broken": problem,
         "table": spec.qualified_table,
         "column": spec.text_column,
         "embedding_column": spec.embedding_column,
@@ -63,6 +67,15 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
     }
 
 
+def _counts(conn: psycopg.Connection, spec: ModelSpec) -> tuple[int, int]:
+    counts = conn.execute(
+        sql.SQL("SELECT pg_catalog.count(*), pg_catalog.count({}) FROM {}").format(
+            sql.Identifier(spec.embedding_column), naming.table(spec)
+        )
+    ).fetchone()
+    return (counts[0], counts[1]) if counts else (0, 0)
+
+
 def all_status(conn: psycopg.Connection) -> list[dict[str, Any]]:
     """One entry per model; a reindex in progress shows under the model it will replace."""
     specs = registry.all_models(conn)
@@ -79,9 +92,11 @@ def all_status(conn: psycopg.Connection) -> list[dict[str, Any]]:
 
 
 def reindex_status(conn: psycopg.Connection, shadow: ModelSpec) -> dict[str, Any]:
-    done = reindex.progress(conn, shadow)
+    problem = broken(conn, shadow)
+    done = reindex.ShadowProgress(0, 0, 0) if problem else reindex.progress(conn, shadow)
     return {
         "shadow": shadow.name,
+        "broken": problem,
         "version": shadow.version,
         "model": shadow.model_ref,
         "pooling": shadow.pooling,

@@ -48,9 +48,9 @@ WHERE attrelid = %(oid)s AND attnum > 0 AND NOT attisdropped ORDER BY attnum;
 
 -- name: table_unique_indexes
 -- Its unique, non-partial indexes (the primary key flagged) with their columns in order.
-SELECT i.indisprimary, array_agg(a.attname ORDER BY k.ord)
+SELECT i.indisprimary, pg_catalog.array_agg(a.attname ORDER BY k.ord)
 FROM pg_catalog.pg_index i
-CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+CROSS JOIN LATERAL pg_catalog.unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
 JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
 WHERE i.indrelid = %(oid)s AND i.indisunique AND i.indpred IS NULL
 GROUP BY i.indexrelid, i.indisprimary;
@@ -64,3 +64,16 @@ WHERE indexrelid = pg_catalog.to_regclass(pg_catalog.format('%%I.%%I', %(schema)
 -- Whether schema.name is taken by any relation (table, view, ...).
 SELECT pg_catalog.to_regclass(pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text))
     IS NOT NULL;
+
+-- name: table_column_flags
+-- Whether the table is partitioned, and which of its columns are NOT NULL and which GENERATED.
+SELECT c.relkind = 'p', a.attname, a.attnotnull, a.attgenerated IN ('s', 'v')
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE c.oid = %(oid)s;
+
+-- name: table_lock_holders
+-- Other sessions that hold a lock on schema.name (they made a DDL statement wait).
+SELECT pg_catalog.array_agg(DISTINCT l.pid ORDER BY l.pid) FROM pg_catalog.pg_locks l
+WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()
+  AND l.relation = pg_catalog.to_regclass(pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text));

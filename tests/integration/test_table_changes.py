@@ -1,0 +1,130 @@
+"""What a watched table may not be (refused at `model add`), and what happens when a watched
+table or column goes away afterwards (status marks the model broken, remove still works)."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from helpers import REVIEWS, cli
+from pgembed.catalog import registry
+from pgembed.errors import UsageError
+from pgembed.lifecycle import models, status
+
+
+def add(
+    conn: psycopg.Connection, name: str, table: str, column: str, key: str | None = None
+) -> tuple[registry.ModelSpec, int]:
+    return models.add(conn, models.AddRequest(name, table, column, key=key, precision="fp32"))
+
+
+def test_a_unique_key_that_allows_null_is_refused(db_url: str, conn: psycopg.Connection) -> None:
+    conn.execute("CREATE TABLE public.codes (code text UNIQUE, body text)")
+    with pytest.raises(UsageError, match="allows NULL: make it NOT NULL"):
+        add(conn, "minilm", "codes", "body", key="code")
+    result = cli(
+        "--database-url",
+        db_url,
+        "model",
+        "add",
+        "m",
+        "--table",
+        "codes",
+        "--column",
+        "body",
+        "--key",
+        "code",
+    )
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "SET NOT NULL" in result.output
+    assert not registry.exists(conn, "m")
+    conn.execute("ALTER TABLE public.codes ALTER COLUMN code SET NOT NULL")
+    spec, _ = add(conn, "minilm", "codes", "body", key="code")
+    assert spec.key_column == "code"
+
+
+def test_a_partitioned_table_is_refused(conn: psycopg.Connection) -> None:
+    conn.execute(
+        "CREATE TABLE public.parted (id int PRIMARY KEY, body text) PARTITION BY RANGE (id)"
+    )
+    conn.execute(
+        "CREATE TABLE public.parted_1 PARTITION OF public.parted FOR VALUES FROM (0) TO (100)"
+    )
+    with pytest.raises(UsageError, match=r"is partitioned: not supported .*concurrently"):
+        add(conn, "minilm", "parted", "body")
+    assert not registry.exists(conn, "minilm")
+    columns = conn.execute(
+        "SELECT count(*) FROM pg_attribute "
+        "WHERE attrelid = 'public.parted'::regclass AND attnum > 0"
+    ).fetchone()
+    assert columns == (2,)
+
+
+@pytest.mark.parametrize("kind", ["STORED", "VIRTUAL"])
+def test_a_generated_text_column_is_refused(conn: psycopg.Connection, kind: str) -> None:
+    conn.execute(
+        f"CREATE TABLE public.gen (id int PRIMARY KEY, title text, "
+        f"body text GENERATED ALWAYS AS (upper(title)) {kind})"
+    )
+    with pytest.raises(UsageError, match="is GENERATED: watch a real column"):
+        add(conn, "minilm", "gen", "body")
+    spec, _ = add(conn, "minilm", "gen", "title")  # its source column is watchable
+    assert spec.text_column == "title"
+
+
+BREAKAGES = {
+    "dropped table": ("DROP TABLE public.reviews", "table public.reviews no longer exists"),
+    "dropped vector column": (
+        "ALTER TABLE public.reviews DROP COLUMN embedding_minilm CASCADE",  # its update trigger too
+        "has no column 'embedding_minilm' any more",
+    ),
+    "renamed text column": (
+        "ALTER TABLE public.reviews RENAME COLUMN body TO content",
+        "has no column 'body' any more",
+    ),
+}
+
+
+@pytest.mark.parametrize("breakage", BREAKAGES)
+def test_a_broken_model_is_reported_and_removable(
+    db_url: str, conn: psycopg.Connection, breakage: str
+) -> None:
+    conn.execute("CREATE TABLE public.reviews (id int PRIMARY KEY, body text)")
+    conn.cursor().executemany("INSERT INTO public.reviews VALUES (%s, %s)", REVIEWS)
+    add(conn, "minilm", "reviews", "body")
+    conn.execute("CREATE TABLE public.notes (id int PRIMARY KEY, body text)")
+    conn.execute("INSERT INTO public.notes VALUES (1, 'a note')")
+    add(conn, "other", "notes", "body")
+    conn.execute("INSERT INTO pgembed.inbox (model, key, seq) VALUES ('minilm', '99', 1)")
+    conn.execute("INSERT INTO pgembed.failures VALUES ('minilm', '1', 5, 'boom')")
+    conn.execute("INSERT INTO pgembed.truncated VALUES ('minilm', '2')")
+    statement, reason = BREAKAGES[breakage]
+    conn.execute(statement)
+
+    report = {m["name"]: m for m in status.all_status(conn)}
+    assert reason in report["minilm"]["broken"]
+    assert report["minilm"]["rows_total"] is None and report["minilm"]["queued"] == 9
+    assert report["other"]["broken"] is None and report["other"]["rows_total"] == 1
+    printed = cli("--database-url", db_url, "status")
+    assert printed.exit_code == 0, printed.output
+    assert "minilm: BROKEN: " in printed.output and reason in printed.output
+    assert "other: " in printed.output
+
+    removed = cli("--database-url", db_url, "model", "remove", "minilm")
+    assert removed.exit_code == 0, removed.output
+    assert not registry.exists(conn, "minilm") and registry.exists(conn, "other")
+    kept = conn.execute(
+        "SELECT (SELECT count(*) FROM pgembed.queue WHERE model = 'minilm') "
+        "+ (SELECT count(*) FROM pgembed.inbox WHERE model = 'minilm') "
+        "+ (SELECT count(*) FROM pgembed.failures WHERE model = 'minilm') "
+        "+ (SELECT count(*) FROM pgembed.truncated WHERE model = 'minilm') "
+        "+ (SELECT count(*) FROM pgembed.model_versions WHERE name = 'minilm')"
+    ).fetchone()
+    assert kept == (0,)
+    leftovers = conn.execute(
+        "SELECT (SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'pgembed_minilm_%'), "
+        "(SELECT count(*) FROM pg_class WHERE relname LIKE 'pgembed_minilm_%'), "
+        "(SELECT count(*) FROM pg_attribute WHERE attname = 'embedding_minilm' "
+        "AND NOT attisdropped)"
+    ).fetchone()
+    assert leftovers == (0, 0, 0)
