@@ -1,7 +1,7 @@
 """`make bench`: every benchmark in one run, figures as medians and ratios, into BENCHMARKS.md.
 
 python -m bench [--rows 2000] [--repeats 3] [--corpus FILE] [--database-url URL]
-                [--only throughput,capture,latency,search,serve] [--no-write]
+                [--only throughput,capture,latency,search,serve,bigrow] [--no-write]
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
-from bench import capture, latency, report, search, serve, throughput
+from bench import bigrow, capture, latency, report, search, serve, throughput
 from bench.env import Database, file_corpus, generated_corpus, server
 
-SECTIONS = ("throughput", "capture", "latency", "search", "serve")
+SECTIONS = ("throughput", "capture", "latency", "search", "serve", "bigrow")
 
 
 def machine() -> str:
@@ -92,19 +92,25 @@ def main(argv: list[str] | None = None) -> int:
                 serve_queries = generated_corpus(serve.COLD_RUNS + args.serve_requests, seed=77)
                 results["serve"] = serve.measure(database, texts, serve_queries, args.serve_rows)
                 print(report.serve(results["serve"]), flush=True)  # type: ignore[arg-type]
+            if "bigrow" in only:
+                results["bigrow"] = bigrow.measure(database)
+                print(report.bigrow(results["bigrow"]), flush=True)  # type: ignore[arg-type]
         finally:
             database.drop()
     command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     seconds = time.monotonic() - started
     text = report.document(results, machine(), command.strip(), args, seconds)
     serve_text = report.serve_document(results, machine(), command.strip(), seconds)
-    main_ran = bool(only - {"serve"})  # `--only serve` leaves the other rows as they are
-    print("\n\n".join(t for t in (text if main_ran else None, serve_text) if t))
+    bigrow_text = report.bigrow_document(results, machine(), command.strip(), seconds)
+    main_ran = bool(only - {"serve", "bigrow"})  # `--only serve` leaves the other rows as they are
+    print("\n\n".join(t for t in (text if main_ran else None, serve_text, bigrow_text) if t))
     if not args.no_write:
         if main_ran:
             report.write(Path("BENCHMARKS.md"), text)
         if serve_text:
             report.write(Path("BENCHMARKS.md"), serve_text, report.SERVE_START, report.SERVE_END)
+        if bigrow_text:
+            report.write(Path("BENCHMARKS.md"), bigrow_text, report.BIGROW_START, report.BIGROW_END)
     return 0
 
 

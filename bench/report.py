@@ -7,6 +7,7 @@ import datetime
 import re
 from pathlib import Path
 
+from bench.bigrow import BigRow
 from bench.capture import Capture
 from bench.latency import Latency
 from bench.search import Search
@@ -16,6 +17,7 @@ from bench.throughput import Throughput
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 # i and j have a generated section of their own, so `--only serve` updates them alone.
 SERVE_START, SERVE_END = "<!-- bench:serve:start -->", "<!-- bench:serve:end -->"
+BIGROW_START, BIGROW_END = "<!-- bench:bigrow:start -->", "<!-- bench:bigrow:end -->"
 
 
 def _verdict(ok: bool) -> str:
@@ -122,6 +124,50 @@ def serve(s: Serve) -> str:
             f"| j. the same: p95 | {s.p95_ms:.1f} ms | | (context) |",
             f"| j. the same: the server's own `took_ms`, p50 (embed + search) | "
             f"{s.server_p50_ms:.1f} ms | | (context) |",
+        ]
+    )
+
+
+def bigrow(b: BigRow) -> str:
+    lines = [
+        "| k. `pgembed sync --once`, a fresh process | longest text | rows written "
+        "(marked truncated) | wall s | peak RSS MB |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for run in (b.normal, b.huge):
+        lines.append(
+            f"| {run.what} | {run.longest_bytes:,} bytes | {run.written} of {run.rows} "
+            f"({run.truncated}) | {run.seconds:.1f} | {run.peak_rss_mb:.0f} |"
+        )
+    lines.append(
+        f"| huge / ordinary peak RSS | | | | {b.ratio:.2f} (bounded: "
+        f"{_verdict(b.huge.peak_rss_mb - b.normal.peak_rss_mb < 100)}) |"
+    )
+    return "\n".join(lines)
+
+
+def bigrow_document(
+    results: dict[str, object], machine: str, command: str, seconds: float
+) -> str | None:
+    """The generated section of k, or None when it did not run."""
+    b = results.get("bigrow")
+    if not isinstance(b, BigRow):
+        return None
+    return "\n".join(
+        [
+            BIGROW_START,
+            "## One huge row (`python -m bench --only bigrow`)",
+            "",
+            f"Run {datetime.date.today().isoformat()} in {seconds / 60:.1f} min: `{command}`. "
+            f"Machine: {machine}. PostgreSQL {results.get('postgres')}. Peak RSS is the sync "
+            "process's own (`wait4` ru_maxrss), model load included. The huge row is 100 MB of "
+            "md5 hex words made by the server; the daemon reads its first "
+            "`CHARS_PER_WORD_PIECE x max_seq_length` characters and its md5 (bounded: the huge "
+            "row adds less than 100 MB).",
+            "",
+            bigrow(b),
+            "",
+            BIGROW_END,
         ]
     )
 

@@ -68,3 +68,23 @@ POOL_MAX_SIZE = 10
 # How long a call waits for a free pooled connection (or for the server to answer again) before
 # it fails with a DatabaseError: as long as a first connection may take (connect_timeout).
 POOL_WAIT_SECONDS = 10.0
+
+# DDL on a watched table (model add, remove, a reindex's start) waits at most DDL_LOCK_TIMEOUT for
+# its lock: while it waits, every query on the table queues behind it. It then rolls back, says
+# who holds the table, and tries again after a pause (doubling from DDL_RETRY_FIRST_PAUSE up to
+# DDL_RETRY_MAX_PAUSE), giving up after DDL_LOCK_WAIT_SECONDS in all.
+DDL_LOCK_TIMEOUT = "2s"
+DDL_RETRY_FIRST_PAUSE = 0.5
+DDL_RETRY_MAX_PAUSE = 5.0
+DDL_LOCK_WAIT_SECONDS = 300.0
+
+# Texts are cut to this many characters per word piece of the model's window (max_seq_length)
+# before anything tokenizes them, on every path (sync, queries, eval): a tokenizer reads a text
+# whole before it truncates (one 15 MB row took 52 s and 2.95 GB), and English needs ~4-5
+# characters per word piece. 32 is generous (runs of spaces, 100-character unknown words), so the
+# cut never changes a vector a reader would notice; a row cut this way is marked truncated.
+CHARS_PER_WORD_PIECE = 32
+# The query-vector cache's bound in bytes (its texts as Python holds them, plus its vectors),
+# beside its QUERY_CACHE_SIZE entries: 1,024 short queries of a 384-dimension model take ~1.6 MB,
+# while 1,024 texts of MAX_QUERY_CHARS could take 40 MB.
+QUERY_CACHE_BYTES = 4 * 1024 * 1024

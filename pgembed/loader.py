@@ -1,30 +1,33 @@
 """`pgembed load`: a table from JSON lines or CSV (gzip allowed), to get corpora in for evaluation.
 
-The table is created when missing, with a `text` column per field of the first record and the key
-column as primary key. Rows go in with COPY through a temporary table and then
-`INSERT ... ON CONFLICT (key) DO NOTHING`: a re-load skips keys already there (it never rewrites a
-row, so it never queues rows for embedding again), and the whole load is one transaction.
+The table is created when missing, with a column per field of the first record, each typed from
+the data (bigint, double precision, boolean, date, timestamp, timestamptz when every value of the
+column parses as one, else text; `--types` overrides), and the key column as primary key. Rows go
+in with COPY through a temporary table and then `INSERT ... ON CONFLICT (key) DO NOTHING`: a
+re-load skips keys already there (it never rewrites a row, so it never queues rows for embedding
+again), and the whole load is one transaction: a bad line leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
-import io
 import itertools
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
 
 import psycopg
 from psycopg import sql
 
+from pgembed import columntypes
 from pgembed.catalog import naming, tables
+from pgembed.columntypes import TEXT, TYPE_NAMES, Record, Value
 from pgembed.errors import NotFoundError, UsageError
-
-Record = dict[str, str | None]
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class LoadRequest:
     text_columns: tuple[str, ...] = ()  # joined with a space into `into`
     into: str = "text"
     format: str = "auto"  # auto | jsonl | csv
+    types: Mapping[str, str] = field(default_factory=dict)  # column -> a TYPE_NAMES name
 
 
 @dataclass(frozen=True)
@@ -43,22 +47,58 @@ class LoadResult:
     read: int
     inserted: int
     created: bool
+    types: Mapping[str, str] = field(default_factory=dict)  # column -> type, of a created table
 
     @property
     def skipped(self) -> int:
         return self.read - self.inserted
 
 
-def open_text(path: Path) -> TextIO:
-    """The file as text; gzip is recognised by its magic bytes, whatever the suffix."""
+@contextmanager
+def _binary(path: Path) -> Iterator[tuple[Iterable[bytes], bool]]:
+    """The file's lines as bytes, and whether they are gunzipped (gzip is recognised by its
+    magic bytes, whatever the suffix)."""
     try:
-        with path.open("rb") as probe:
-            gzipped = probe.read(2) == b"\x1f\x8b"
-        if gzipped:
-            return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-        return path.open(encoding="utf-8", newline="")
+        f = path.open("rb")
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    with f:
+        gzipped = f.read(2) == b"\x1f\x8b"
+        f.seek(0)
+        if not gzipped:
+            yield f, False
+            return
+        with gzip.GzipFile(fileobj=f, mode="rb") as unzipped:
+            yield unzipped, True
+
+
+def read_lines(path: Path) -> Iterator[str]:
+    """The file's lines (line ends kept), decoded; a bad byte or a cut gzip is one clear error."""
+    with _binary(path) as (f, gzipped):
+        offset = 0
+        lines = iter(f)
+        for number in itertools.count(1):
+            try:
+                raw = next(lines, None)
+            except (EOFError, zlib.error, OSError) as exc:  # gzip.BadGzipFile is an OSError
+                what = "the gzip data is truncated or corrupt" if gzipped else "cannot read it"
+                raise UsageError(f"{path}: {what} ({exc})") from None
+            if raw is None:
+                return
+            yield _decoded(path, raw, number, offset, gzipped)
+            offset += len(raw)
+
+
+def _decoded(path: Path, raw: bytes, number: int, offset: int, gzipped: bool) -> str:
+    start = len(codecs.BOM_UTF8) if number == 1 and raw.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return raw[start:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = raw[start + exc.start : start + exc.end]
+        where = f"byte offset {offset + start + exc.start}" + (" unzipped" if gzipped else "")
+        raise UsageError(
+            f"{path}:{number}: not valid UTF-8 at {where} ({bad!r}): re-save the file as UTF-8"
+        ) from None
 
 
 def detect_format(path: Path, first_line: str) -> str:
@@ -70,19 +110,21 @@ def detect_format(path: Path, first_line: str) -> str:
     return "jsonl" if first_line.lstrip().startswith("{") else "csv"
 
 
-def _value(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
+def _value(value: object) -> Value:
+    if value is None or isinstance(value, str | int | float):  # bool is an int
         return value
-    return json.dumps(value)  # numbers, booleans, nested objects: their JSON text
+    return json.dumps(value)  # nested objects and arrays: their JSON text
+
+
+def resolve_format(path: Path, fmt: str) -> str:
+    """jsonl or csv: as asked, else by the suffix, else by the first line."""
+    return detect_format(path, next(read_lines(path), "")) if fmt == "auto" else fmt
 
 
 def read_records(path: Path, fmt: str) -> Iterator[tuple[int, Record]]:
-    """(line number, record) pairs; CSV empty fields are NULL."""
-    with open_text(path) as f:
-        first = f.readline()
-        lines = itertools.chain([first], f)
-        fmt = detect_format(path, first) if fmt == "auto" else fmt
-        yield from (_jsonl(path, lines) if fmt == "jsonl" else _csv(path, lines))
+    """(line number, record) pairs of a jsonl or csv file; CSV empty fields are NULL."""
+    lines = read_lines(path)
+    yield from (_jsonl(path, lines) if fmt == "jsonl" else _csv(path, lines))
 
 
 def _jsonl(path: Path, lines: Iterable[str]) -> Iterator[tuple[int, Record]]:
@@ -107,12 +149,26 @@ def _csv(path: Path, lines: Iterable[str]) -> Iterator[tuple[int, Record]]:
         yield reader.line_num, {k: v if v != "" else None for k, v in record.items()}
 
 
-def joined(record: Record, columns: Sequence[str]) -> str:
+def joined(record: Mapping[str, Value], columns: Sequence[str]) -> str:
     """The text of several fields: `" ".join(values).strip()`, a missing or NULL field as ''.
 
     For BEIR's `title,text` this is exactly `(title + " " + text).strip()`.
     """
-    return " ".join(record.get(c) or "" for c in columns).strip()
+    return " ".join(
+        "" if record.get(c) is None else columntypes.as_text(record.get(c)) for c in columns
+    ).strip()
+
+
+def infer_types(
+    request: LoadRequest, fmt: str, columns: Sequence[str], forced: Mapping[str, str]
+) -> dict[str, str]:
+    """Each column's type from every record of the file (a first pass, before any write)."""
+    typing = columntypes.Typing(request.path, columns, forced, json=fmt == "jsonl")
+    for number, record in read_records(request.path, fmt):
+        if request.text_columns:
+            record = {**record, request.into: joined(record, request.text_columns)}
+        typing.see(number, record)
+    return typing.result()
 
 
 def load(
@@ -124,30 +180,39 @@ def load(
         naming.identifier("text column", column)
     if request.format not in ("auto", "jsonl", "csv"):
         raise UsageError(f"unknown format {request.format!r}: use jsonl or csv")
-    records = read_records(request.path, request.format)
+    fmt = resolve_format(request.path, request.format)
+    records = read_records(request.path, fmt)
     first = next(records, None)
     if first is None:
         raise UsageError(f"{request.path} has no records")
     columns = _columns(first[1], request, into)
     key = _key(columns, request.key)
+    forced = _forced(request, columns, into)
     with conn.transaction():
-        created = _create(conn, schema, table, columns, key)
+        created = not tables.exists(conn, schema, table)
+        if created:
+            joined_text = {into: TEXT} if request.text_columns else {}
+            types = infer_types(request, fmt, columns, forced | joined_text)
+            _create(conn, schema, table, types, key)
+        info = tables.inspect(conn, schema, table)
+        _check_target(info, columns, key, {} if created else forced)
+        column_list = sql.SQL(", ").join(map(sql.Identifier, columns))
         target = sql.Identifier(schema, table)
-        _check_target(conn, schema, table, columns, key)
         conn.execute(
             sql.SQL(
                 "CREATE TEMP TABLE pgembed_load ON COMMIT DROP AS SELECT {} FROM {} WITH NO DATA"
-            ).format(sql.SQL(", ").join(map(sql.Identifier, columns)), target)
+            ).format(column_list, target)
         )
-        read = _copy(conn, columns, key, request, itertools.chain([first], records), on_progress)
-        column_list = sql.SQL(", ").join(map(sql.Identifier, columns))
+        rows = itertools.chain([first], records)
+        read = _copy(conn, columns, key, request, info.columns, rows, on_progress)
         inserted = conn.execute(
             sql.SQL(
                 "INSERT INTO {target} ({cols}) SELECT {cols} FROM pgembed_load "
                 "ON CONFLICT ({key}) DO NOTHING"
             ).format(target=target, cols=column_list, key=sql.Identifier(key))
         ).rowcount
-    return LoadResult(f"{schema}.{table}", read, inserted, created)
+    shown = {c: info.columns[c] for c in columns} if created else {}
+    return LoadResult(f"{schema}.{table}", read, inserted, created, shown)
 
 
 def _columns(record: Record, request: LoadRequest, into: str) -> list[str]:
@@ -158,6 +223,17 @@ def _columns(record: Record, request: LoadRequest, into: str) -> list[str]:
     if request.text_columns and into not in columns:
         columns.append(into)
     return columns
+
+
+def _forced(request: LoadRequest, columns: Sequence[str], into: str) -> dict[str, str]:
+    """--types as column types (the column that receives joined text can only be text)."""
+    forced = {c: TYPE_NAMES[name] for c, name in request.types.items()}
+    for column in forced:
+        if column not in columns:
+            raise NotFoundError(f"--types names {column!r}, which is not a field of the records")
+    if request.text_columns and forced.get(into, TEXT) != TEXT:
+        raise UsageError(f"--types: column {into!r} receives --text-columns: it is text")
+    return forced
 
 
 def _key(columns: Sequence[str], requested: str | None) -> str:
@@ -173,29 +249,34 @@ def _key(columns: Sequence[str], requested: str | None) -> str:
 
 
 def _create(
-    conn: psycopg.Connection, schema: str, table: str, columns: Sequence[str], key: str
-) -> bool:
-    if tables.exists(conn, schema, table):
-        return False
+    conn: psycopg.Connection, schema: str, table: str, types: Mapping[str, str], key: str
+) -> None:
     definition = sql.SQL(", ").join(
-        sql.SQL("{} text{}").format(sql.Identifier(c), sql.SQL(" PRIMARY KEY" if c == key else ""))
-        for c in columns
+        # The type is one of TYPE_NAMES' values, never text from the file or the command line.
+        sql.SQL("{} {}{}").format(
+            sql.Identifier(c), sql.SQL(t), sql.SQL(" PRIMARY KEY" if c == key else "")
+        )
+        for c, t in types.items()
     )
     conn.execute(sql.SQL("CREATE TABLE {} ({})").format(sql.Identifier(schema, table), definition))
-    return True
 
 
 def _check_target(
-    conn: psycopg.Connection, schema: str, table: str, columns: Sequence[str], key: str
+    info: tables.TableInfo, columns: Sequence[str], key: str, forced: Mapping[str, str]
 ) -> None:
-    info = tables.inspect(conn, schema, table)
     for column in columns:
         tables.require_column(info, column)
     if key not in info.unique_columns:
         raise UsageError(
-            f"key column {key!r} of {schema}.{table} is not unique: "
+            f"key column {key!r} of {info.schema}.{info.name} is not unique: "
             "a re-load could not tell new rows from old"
         )
+    for column, wanted in forced.items():
+        if info.columns[column] != wanted:
+            raise UsageError(
+                f"--types asks {column!r} to be {wanted}, but {info.schema}.{info.name} "
+                f"has it as {info.columns[column]}"
+            )
 
 
 def _copy(
@@ -203,6 +284,7 @@ def _copy(
     columns: Sequence[str],
     key: str,
     request: LoadRequest,
+    types: Mapping[str, str],
     records: Iterator[tuple[int, Record]],
     on_progress: Callable[[int], None] | None,
 ) -> int:
@@ -222,7 +304,7 @@ def _copy(
                 record = {**record, request.into: joined(record, request.text_columns)}
             if record.get(key) is None:
                 raise UsageError(f"{request.path}:{number}: no value for the key {key!r}")
-            copy.write_row([record.get(c) for c in columns])
+            copy.write_row([columntypes.cell(record.get(c), types[c]) for c in columns])
             read += 1
             if on_progress is not None and read % 1000 == 0:
                 on_progress(1000)

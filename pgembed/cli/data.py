@@ -6,22 +6,29 @@ from pathlib import Path
 
 import click
 
-from pgembed import loader, migrate
+from pgembed import columntypes, loader, migrate, roles
 from pgembed.cli.app import App, pass_app
 from pgembed.cli.progress import progress_bar
 
 
 @click.command("migrate")
+@click.option(
+    "--create-roles",
+    is_flag=True,
+    help="Also create the NOLOGIN roles pgembed_daemon and pgembed_reader, with their grants.",
+)
 @pass_app
-def migrate_cmd(app: App) -> None:
+def migrate_cmd(app: App, create_roles: bool) -> None:
     """Install or upgrade the pgembed schema (and the vector extension)."""
     with app.connect(require_schema=False) as conn:
-        applied = migrate.migrate(conn)
+        applied = migrate.migrate(conn, create_roles=create_roles)
     if applied:
         for migration in applied:
             click.echo(f"applied {migration.filename}")
     else:
         click.echo("the pgembed schema is up to date")
+    if create_roles:
+        click.echo(f"roles {roles.DAEMON} and {roles.READER} are ready: see README, Roles")
 
 
 @click.command("load")
@@ -41,11 +48,27 @@ def migrate_cmd(app: App) -> None:
     default="auto",
     show_default=True,
 )
+@click.option(
+    "--types",
+    help="Column types of a new table, e.g. rating=int,score=float: text, int (bigint), "
+    "float (double precision), bool, date, timestamp, timestamptz. Default: inferred.",
+)
 @click.pass_obj
 def load_cmd(
-    app: App, path: Path, table: str, key: str | None, text_columns: str | None, into: str, fmt: str
+    app: App,
+    path: Path,
+    table: str,
+    key: str | None,
+    text_columns: str | None,
+    into: str,
+    fmt: str,
+    types: str | None,
 ) -> None:
-    """Create or fill a table from JSON lines or CSV (gzip allowed); existing keys are skipped."""
+    """Create or fill a table from JSON lines or CSV (gzip allowed); existing keys are skipped.
+
+    A new table's columns are typed from the data: bigint, double precision, boolean, date,
+    timestamp or timestamptz where every value of the column is one (empty is NULL), else text.
+    """
     request = loader.LoadRequest(
         path=path,
         table=table,
@@ -53,6 +76,7 @@ def load_cmd(
         text_columns=tuple(c.strip() for c in text_columns.split(",")) if text_columns else (),
         into=into,
         format=fmt,
+        types=columntypes.parse_types(types),
     )
     with app.connect() as conn, progress_bar(None, "loading") as advance:
         result = loader.load(conn, request, advance)
@@ -60,3 +84,5 @@ def load_cmd(
         f"{'created' if result.created else 'filled'} {result.table}: {result.read} records read, "
         f"{result.inserted} inserted, {result.skipped} skipped (key already there)"
     )
+    if result.types:
+        click.echo("columns: " + ", ".join(f"{c} {t}" for c, t in result.types.items()))

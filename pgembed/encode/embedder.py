@@ -91,7 +91,9 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 class Embedder:
     """A loaded model with its pooling, normalisation, truncation, prefixes and precision applied.
 
-    Texts are encoded in batches sorted by word-piece count, so each batch pads little.
+    Texts are encoded in batches sorted by word-piece count, so each batch pads little. Every
+    text is cut to `max_chars` before it is tokenized (see defaults.CHARS_PER_WORD_PIECE), then
+    to the model's max_seq_length word pieces.
     With `light_model`, light.py's encoder computes the vectors (see `light_encoder`).
     """
 
@@ -120,19 +122,32 @@ class Embedder:
             position_limit=_position_limit(self._model),
         )
 
+    @property
+    def max_chars(self) -> int:
+        """The characters of a text the model may read: far more than its window's word pieces."""
+        return defaults.CHARS_PER_WORD_PIECE * self.info.max_seq_length
+
     def encode_documents(self, texts: list[str], batch_size: int | None = None) -> Vectors:
-        return self._sorted(_prefixed(self.settings.document_prefix, texts), batch_size)
+        return self._sorted(self._read(self.settings.document_prefix, texts), batch_size)
 
     def encode_queries(self, texts: list[str], batch_size: int | None = None) -> Vectors:
-        return self._sorted(_prefixed(self.settings.query_prefix, texts), batch_size)
+        return self._sorted(self._read(self.settings.query_prefix, texts), batch_size)
 
     def encode_document_batch(self, texts: list[str]) -> Vectors:
-        """One encode call for a batch the caller planned itself (see embedding.embed_rows)."""
-        return self._encode_batch(_prefixed(self.settings.document_prefix, texts))
+        """One encode call for a batch the caller planned itself (see isolate.embed_rows)."""
+        return self._encode_batch(self._read(self.settings.document_prefix, texts))
 
     def token_counts(self, texts: list[str]) -> list[int]:
-        """Word pieces each text would have untruncated, special tokens included."""
-        return self._count(_prefixed(self.settings.document_prefix, texts))
+        """Word pieces each text has before truncation to max_seq_length (but after the cut to
+        max_chars), special tokens included: more than max_seq_length means truncated."""
+        return self._count(self._read(self.settings.document_prefix, texts))
+
+    def _read(self, prefix: str, texts: list[str]) -> list[str]:
+        """What the model reads of each text: the prefix, then at most max_chars characters.
+
+        Cut before tokenizing: a tokenizer reads a text whole before it truncates."""
+        limit = self.max_chars
+        return [prefix + (t if len(t) <= limit else t[:limit]) for t in texts]
 
     def _sorted(
         self, texts: list[str], batch_size: int | None, counts: list[int] | None = None
@@ -164,10 +179,6 @@ class Embedder:
                 normalize_embeddings=False,  # a Normalize module does it when configured
             )
         return vectors
-
-
-def _prefixed(prefix: str, texts: list[str]) -> list[str]:
-    return [prefix + t for t in texts] if prefix else texts
 
 
 def _token_counter(tokenizer: Any) -> Callable[[list[str]], list[int]]:

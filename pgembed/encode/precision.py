@@ -17,7 +17,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from pgembed import samples
+from pgembed import defaults, samples
 from pgembed.encode import embedder, hardware
 from pgembed.encode.convert import PRECISIONS
 from pgembed.encode.embedder import Settings, Vectors
@@ -29,6 +29,8 @@ REQUESTS = ("auto", "fp32", "bf16", "int8")
 MIN_COSINE = 0.999
 SAMPLE_SIZE = 64
 _MIN_TABLE_SAMPLE = 8  # fewer texts than this in the table: fill up with built-in sentences
+# A sampled text's characters: enough for a 512-word-piece window (the encoder cuts to its own).
+_SAMPLE_CHARS = defaults.CHARS_PER_WORD_PIECE * 512
 
 
 @dataclass(frozen=True)
@@ -136,11 +138,14 @@ def _unit(vectors: Vectors) -> Vectors:
 def sample_texts(
     conn: psycopg.Connection, schema: str, table: str, column: str, limit: int = SAMPLE_SIZE
 ) -> list[str]:
-    """Up to `limit` non-blank texts of the table, topped up with built-in sentences if few."""
-    query = sql.SQL("SELECT {c} FROM {t} WHERE btrim({c}) <> '' LIMIT %s").format(
-        c=sql.Identifier(column), t=sql.Identifier(schema, table)
-    )
-    texts = [str(row[0]) for row in conn.execute(query, (limit,))]
+    """Up to `limit` non-blank texts of the table, topped up with built-in sentences if few.
+
+    Each is cut to _SAMPLE_CHARS in the database: a huge row never reaches Python whole."""
+    query = sql.SQL(
+        "SELECT pg_catalog.left({c}, %s::integer) FROM {t} "
+        "WHERE pg_catalog.btrim({c}) <> '' LIMIT %s"
+    ).format(c=sql.Identifier(column), t=sql.Identifier(schema, table))
+    texts = [str(row[0]) for row in conn.execute(query, (_SAMPLE_CHARS, limit))]
     if len(texts) < _MIN_TABLE_SAMPLE:
         texts += builtin_sample()[: limit - len(texts)]
     return texts

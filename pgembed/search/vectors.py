@@ -1,27 +1,107 @@
 """Query vectors: a text embedded with exactly its model's settings, the same text again from an
-LRU cache, and which settings this process has loaded a model for (warm)."""
+LRU cache bounded in entries and in bytes, and which settings this process has loaded a model for
+(warm)."""
 
 from __future__ import annotations
 
-import functools
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from pgembed import defaults
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.encode.embedder import Vectors
+from pgembed.errors import UsageError
 from pgembed.lifecycle import models
 
 # Settings this process has embedded a query with: their model is loaded, so a search goes
 # straight to embedding (see _before_the_model).
 warm: set[embedder.Settings] = set()
 
+_Key = tuple[embedder.Settings, str]
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    hits: int
+    misses: int
+    currsize: int  # entries
+    bytes: int  # what the entries hold: their texts (as Python keeps them) and vectors
+    maxsize: int
+    max_bytes: int
+
+
+class QueryCache:
+    """Least recently used query vectors, at most `maxsize` entries and `max_bytes` bytes.
+
+    A bound in entries alone lets long texts grow it: 1,024 texts of 10,000 characters are 40 MB.
+    """
+
+    def __init__(self, maxsize: int, max_bytes: int) -> None:
+        self.maxsize = maxsize
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[_Key, tuple[Vectors, int]] = OrderedDict()
+        self._bytes = 0
+        self._hits = 0
+        self._misses = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: _Key, compute: Callable[[], Vectors]) -> Vectors:
+        """The cached vector of `key`, else compute() (outside the lock: encodes may overlap)."""
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                self._hits += 1
+                return found[0]
+            self._misses += 1
+        vector = compute()
+        self._put(key, vector)
+        return vector
+
+    def _put(self, key: _Key, vector: Vectors) -> None:
+        size = sys.getsizeof(key[1]) + vector.nbytes
+        if size > self.max_bytes:
+            return  # larger than the whole cache: never kept
+        with self._lock:
+            old = self._entries.pop(key, None)
+            self._bytes += size - (old[1] if old else 0)
+            self._entries[key] = (vector, size)
+            while len(self._entries) > self.maxsize or self._bytes > self.max_bytes:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self._bytes -= dropped
+
+    def info(self) -> CacheInfo:
+        with self._lock:
+            return CacheInfo(
+                self._hits,
+                self._misses,
+                len(self._entries),
+                self._bytes,
+                self.maxsize,
+                self.max_bytes,
+            )
+
+
+_cache = QueryCache(defaults.QUERY_CACHE_SIZE, defaults.QUERY_CACHE_BYTES)
+
 
 def embed_query(spec: ModelSpec, text: str) -> Vectors:
-    """The query's vector with the model's exact settings; repeated texts come from an LRU cache."""
-    return _query_vector(models.settings_of(spec), text)
+    """The query's vector with the model's exact settings; repeated texts come from the cache.
+
+    Every query path ends here (CLI, Client, AsyncClient, serve, SQLAlchemy), so the size limit
+    holds on all of them."""
+    if len(text) > defaults.MAX_QUERY_CHARS:
+        raise UsageError(
+            f"the query text has {len(text)} characters; at most {defaults.MAX_QUERY_CHARS}"
+        )
+    settings = models.settings_of(spec)
+    return _cache.get((settings, text), lambda: _query_vector(settings, text))
 
 
-@functools.lru_cache(maxsize=defaults.QUERY_CACHE_SIZE)
 def _query_vector(settings: embedder.Settings, text: str) -> Vectors:
     vector = embedder.get(settings).encode_queries([text]).reshape(-1)
     vector.flags.writeable = False  # shared by every caller that asks for this text
@@ -29,5 +109,5 @@ def _query_vector(settings: embedder.Settings, text: str) -> Vectors:
     return vector
 
 
-def query_cache_info() -> functools._CacheInfo:
-    return _query_vector.cache_info()
+def query_cache_info() -> CacheInfo:
+    return _cache.info()

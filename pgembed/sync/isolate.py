@@ -54,4 +54,5 @@ def _embed_into(
     limit = embedder.info.max_seq_length
     result.rows.extend(rows)
     result.vectors.append(vectors)
-    result.truncated.extend(row.key for row, n in zip(rows, counts, strict=True) if n > limit)
+    cut = (row.key for row, n in zip(rows, counts, strict=True) if n > limit or row.cut)
+    result.truncated.extend(cut)
