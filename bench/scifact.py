@@ -7,8 +7,11 @@ Loads the corpus with `pgembed load` semantics (document = `(title + " " + text)
 MTEB encodes it), adds all-MiniLM-L6-v2 with mean pooling (the checkpoint's own) and with CLS
 pooling, both in fp32 like the published run, syncs both, and runs `pgembed eval` on the 300
 test queries: exact search, indexed search at pgvector's default ef_search, and indexed search
-again after `pgembed tune`. Without a URL it uses a fresh embedded server under a temporary
-PGEMBED_HOME.
+again after `pgembed tune --target-recall 0.99` (as a user runs it: excerpts of rows as queries)
+and after the same with the train split's queries as `--queries`. It also records, at each
+ef_search, the index's recall@10 against exact search for three kinds of queries (the real test
+queries, the excerpts `tune` now uses, and stored vectors as `tune` used before) and the test
+queries' nDCG@10. Without a URL it uses a fresh embedded server under a temporary PGEMBED_HOME.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench import recall_curves
 from bench.env import embedded_server
 from pgembed import db, defaults, loader, migrate
 from pgembed.catalog import registry
@@ -95,10 +99,11 @@ def main(argv: list[str] | None = None) -> int:
 
     queries = evaluate.read_queries(args.data / "queries.jsonl")
     qrels = evaluate.read_qrels(args.data / "qrels/test.tsv")
+    train = [queries[q] for q in evaluate.read_qrels(args.data / "qrels/train.tsv")]
     results: dict[str, Any] = {}
     with db.connection(url) as conn:
         for name, pooling in chosen:
-            results[name] = _evaluate(conn, name, pooling, queries, qrels)
+            results[name] = _evaluate(conn, name, pooling, queries, qrels, train)
             results[name]["precision"] = registry.get(conn, name).precision
     report = {
         "dataset": "BEIR SciFact, test split (300 queries, 5,183 documents)",
@@ -117,21 +122,32 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _evaluate(
-    conn: Any, name: str, pooling: str, queries: dict[str, str], qrels: evaluate.Qrels
+    conn: Any,
+    name: str,
+    pooling: str,
+    queries: dict[str, str],
+    qrels: evaluate.Qrels,
+    train: list[str],
 ) -> dict[str, Any]:
     tune.record(conn, name, 200)
     wide = evaluate.evaluate(conn, registry.get(conn, name), queries, qrels, k=10)
     tune.record(conn, name, None)  # pgvector's default ef_search (40)
     default = evaluate.evaluate(conn, registry.get(conn, name), queries, qrels, k=10)
-    texts = [queries[q] for q in qrels if q in queries]
-    tuned = tune.tune(conn, registry.get(conn, name), 0.99, 10, texts, sample=len(texts))
+    curves = recall_curves.measure(conn, registry.get(conn, name), queries, qrels)
+    tuned = tune.tune(conn, registry.get(conn, name), 0.99, 10)  # `pgembed tune`'s defaults
     after = evaluate.evaluate(conn, registry.get(conn, name), queries, qrels, k=10)
+    tune.record(conn, name, None)
+    given = tune.tune(conn, registry.get(conn, name), 0.99, 10, train, 200, source="train split")
+    after_given = evaluate.evaluate(conn, registry.get(conn, name), queries, qrels, k=10)
     return {
         "pooling": pooling,
         "default_ef_search": dataclasses.asdict(default),
         "tune": dataclasses.asdict(tuned),
         "tuned_ef_search": dataclasses.asdict(after),
+        "tune_train_queries": dataclasses.asdict(given),
+        "tuned_train_queries_ef_search": dataclasses.asdict(after_given),
         "ef_search_200": dataclasses.asdict(wide),
+        "curves": curves,
     }
 
 
@@ -170,11 +186,18 @@ def _markdown(report: dict[str, Any]) -> str:
     ]
     for name, result in report["results"].items():
         default, after = result["default_ef_search"], result["tuned_ef_search"]
+        given = result["tuned_train_queries_ef_search"]
         label = f"{name} ({result['pooling']})"
         rows = (
             ("exact", "-", default["exact"], "-"),
             ("indexed", default["ef_search"], default["indexed"], default["index_recall"]),
             ("indexed, tuned", after["ef_search"], after["indexed"], after["index_recall"]),
+            (
+                "indexed, tuned on train",
+                given["ef_search"],
+                given["indexed"],
+                given["index_recall"],
+            ),
             (
                 "indexed",
                 200,
@@ -188,7 +211,23 @@ def _markdown(report: dict[str, Any]) -> str:
                 f"| {label} | {search} | {ef} | {m['ndcg']:.5f} | {m['recall']:.5f} "
                 f"| {m['mrr']:.5f} | {recall} |"
             )
+        lines += ["", *_curve_table(result["curves"])]
     return "\n".join(lines)
+
+
+def _curve_table(curves: dict[str, Any]) -> list[str]:
+    """Recall@10 against exact search by ef_search, one row per kind of query; test nDCG@10."""
+    efs = list(curves["test_ndcg"])
+    lines = [
+        "| queries | " + " | ".join(str(ef) for ef in efs) + " | mean gap |",
+        "| --- |" + " ---: |" * (len(efs) + 1),
+    ]
+    for kind, curve in curves["recall"].items():
+        cells = [f"{curve[ef]:.4f}" if ef in curve else "-" for ef in efs]
+        gap = curves["gap_to_test_queries"][kind]["mean_abs"]
+        lines.append(f"| {kind} | " + " | ".join(cells) + f" | {gap:.4f} |")
+    ndcg = " | ".join(f"{v:.5f}" for v in curves["test_ndcg"].values())
+    return [*lines, f"| test nDCG@10 | {ndcg} | |"]
 
 
 if __name__ == "__main__":

@@ -64,10 +64,15 @@ def eval_cmd(
 @click.option(
     "--queries",
     "queries_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Query texts (BEIR JSON lines). Default: stored vectors as queries.",
+    type=click.Path(path_type=Path),
+    help="Query texts, one a line (or BEIR JSON lines). Default: excerpts of rows' texts.",
 )
 @click.option("-k", "k", type=click.IntRange(1, 1000), default=10, show_default=True)
+@click.option(
+    "--allow-below-default",
+    is_flag=True,
+    help="Also try ef_search below the server's default (40), which can lower recall.",
+)
 @click.option(
     "--sample",
     type=click.IntRange(min=1),
@@ -83,20 +88,36 @@ def tune_cmd(
     target_recall: float,
     queries_path: Path | None,
     k: int,
+    allow_below_default: bool,
     sample: int,
     as_json: bool,
 ) -> None:
-    """Find the smallest ef_search meeting the target recall@k and make it NAME's default."""
-    texts = list(evaluate.read_queries(queries_path).values()) if queries_path else []
+    """Find the smallest ef_search meeting the target recall@k and make it NAME's default.
+
+    Never below the server's default ef_search unless --allow-below-default."""
+    texts = tune.read_queries(queries_path) if queries_path else []
     with app.connect() as conn:
-        result = tune.tune(conn, registry.get(conn, name), target_recall, k, texts, sample)
+        spec = registry.get(conn, name)
+        result = tune.tune(
+            conn,
+            spec,
+            target_recall,
+            k,
+            texts,
+            sample,
+            allow_below_default=allow_below_default,
+            source=str(queries_path),
+        )
     if as_json:
         click.echo(json.dumps(asdict(result), indent=2))
         return
     for step in result.steps:
-        click.echo(f"  ef_search {step.ef_search:>4}: recall@{k} {step.recall:.4f}")
-    verdict = "meets" if result.reached else "is the best available but misses"
+        click.echo(
+            f"  ef_search {step.ef_search:>4}: recall@{k} {step.recall:.4f} "
+            f"(95 % lower bound {step.lower:.4f})"
+        )
+    verdict = "meets" if result.reached else "is the best tried but misses"
     click.echo(
         f"model {name}: ef_search {result.ef_search} recorded (recall@{k} {result.recall:.4f} on "
-        f"{result.sample} queries {verdict} the target {result.target})"
+        f"{result.sample} queries, {result.queries}, {verdict} the target {result.target})"
     )
