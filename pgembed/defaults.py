@@ -8,8 +8,8 @@ from __future__ import annotations
 # The model `model add` uses when none is named (resolved offline: see encode/embedder.py).
 MODEL = "all-MiniLM-L6-v2"
 
-# A claim lasts this long before another worker may take the keys over; two batches (one encoding,
-# one prefetched) of CPU_CLAIM_SIZE texts of ~48 word pieces finish well within it.
+# A claim lasts this long before another worker may take the keys over. A live worker renews the
+# claims it holds every third of it (sync/leases.py), so only a dead worker's keys wait this long.
 LEASE_SECONDS = 60.0
 # The sync loop polls this often even when no NOTIFY arrives (a lost NOTIFY costs this much).
 POLL_SECONDS = 5.0
@@ -29,8 +29,8 @@ CPU_BATCH_SIZE = 32
 CUDA_BATCH_SIZE = 256
 
 # Keys a worker claims at once: enough texts that sorted batches pad little (with 256 claimed and
-# batches of 32, ~9 % padding on ~48+-12 word-piece texts; 64 claimed: ~31 %), few enough that two
-# batches finish well within LEASE_SECONDS.
+# batches of 32, ~9 % padding on ~48+-12 word-piece texts; 64 claimed: ~31 %), few enough that a
+# crash loses little work.
 CPU_CLAIM_SIZE = 256
 CUDA_CLAIM_SIZE = 1024
 # A reindex fills its shadow beside a live model: smaller claims keep the live model's batches

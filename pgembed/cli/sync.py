@@ -36,7 +36,8 @@ from pgembed.sync import store, worker
     type=click.FloatRange(min=1),
     default=defaults.LEASE_SECONDS,
     show_default=True,
-    help="How long a claim lasts before another worker may take it over.",
+    help="How long a claim lasts unrenewed: a live worker renews its claims every third of it, "
+    "a dead worker's come back to the queue after it.",
 )
 @click.option(
     "--poll-seconds",
@@ -71,7 +72,8 @@ def sync_cmd(
     device: str,
 ) -> None:
     """Embed queued rows and write their vectors; runs until SIGINT/SIGTERM unless --once."""
-    setup_logging(log_format, quiet=once and sys.stderr.isatty())
+    quiet = once and sys.stderr.isatty()
+    setup_logging(log_format, quiet=quiet)
     device = hardware.resolve_device(device)
     options = worker.Options(
         models=model_names,
@@ -89,7 +91,8 @@ def sync_cmd(
             registry.get(conn, name)
         total = store.queued_count(conn, names) if once else None
     with progress_bar(total, "embedding", enabled=once) as advance:
-        w = worker.Worker(url, options, on_progress=lambda _model, n: advance(n))
+        # reached: the check above got through, so a fault from here on is a restart to ride out
+        w = worker.Worker(url, options, on_progress=lambda _model, n: advance(n), reached=True)
         with stopping(partial(_finish, w)):
             stats = w.run()
     click.echo(
@@ -97,8 +100,11 @@ def sync_cmd(
         err=not once,
     )
     if once:
+        for name, reason in w.broken.items():
+            if quiet:  # else the log said it already
+                click.echo(f"model {name} skipped: {reason}", err=True)
         with app.connect() as conn:
-            waiting = store.queued_count(conn, names)
+            waiting = store.queued_count(conn, [n for n in names if n not in w.broken])
         if waiting:
             click.echo(f"{waiting} rows wait for a retry after a failure: see `pgembed status`")
 

@@ -3,8 +3,9 @@
 While batch n encodes on the calling thread, one I/O thread that owns the connection writes
 batch n-1 and claims and reads batch n+1 (torch releases the GIL in its kernels, psycopg while it
 waits on the network). Every batch keeps the guarantees of batch.py: short claim transactions
-with a lease, md5-guarded writes, bisected failures. A prefetched batch is leased one batch
-earlier than it would be without overlap; on stop it is released rather than embedded.
+with a lease, md5-guarded writes, bisected failures. Every batch from its claim to the end of its
+write-back (or release) is in `held`, whose leases the worker's keeper renews (leases.py), so a
+slow encode never lets a batch be claimed again; on stop a prefetched batch is released.
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ from pgembed.sync.batch import (
     write_back,
 )
 from pgembed.sync.isolate import Embedded
+from pgembed.sync.leases import Held
 
 log = logging.getLogger("pgembed.sync")
 
 OnResult = Callable[[ModelSpec, BatchResult], None]
+OnFailed = Callable[[ModelSpec, psycopg.Error], None]
 Stored = tuple[ModelSpec, BatchResult] | None
 _T = TypeVar("_T")
 
@@ -50,7 +53,8 @@ class Pipeline:
         config: BatchConfig,
         stop: threading.Event,
         on_result: OnResult,
-        on_io_idle: Callable[[], None] = lambda: None,
+        held: Held | None = None,
+        on_failed: OnFailed | None = None,
         on_model_changed: Callable[[ModelSpec], None] = lambda _spec: None,
         interrupt: Callable[[], bool] = lambda: False,
     ) -> None:
@@ -60,7 +64,8 @@ class Pipeline:
         self._config = config
         self._stop = stop
         self._on_result = on_result
-        self._on_io_idle = on_io_idle  # e.g. a heartbeat, on the I/O thread after each write
+        self._held = held if held is not None else Held()
+        self._on_failed = on_failed or _log_failure  # on the I/O thread, which owns the connection
         self._on_model_changed = on_model_changed
         self._interrupt = interrupt  # checked once per batch: True ends the drain after it
         self._last_done = time.monotonic()
@@ -78,7 +83,7 @@ class Pipeline:
                     if claimed is None:
                         break
                     if self._stop.is_set():
-                        io.submit(release, self._conn, claimed).result()
+                        io.submit(self._release, claimed).result()
                         break
                     if not self._interrupt():  # the next batch, claimed while this one encodes
                         upcoming = io.submit(self._fetch_next)
@@ -89,6 +94,7 @@ class Pipeline:
                 self._collect(writing)
             finally:
                 self._abandon(io, upcoming)
+                self._held.clear()  # nothing outlives the drain: renewing it would strand it
         return did_work
 
     def _fetch_next(self) -> Claimed | None:
@@ -100,17 +106,27 @@ class Pipeline:
                 self._drop(spec)
                 continue
             self._turn += 1
+            self._held.add(spec.name, claimed.claims)
             return claimed
         return None
 
     def _store(self, claimed: Claimed, result: Embedded) -> Stored:
         now = time.monotonic()
         seconds, self._last_done = now - self._last_done, now  # wall time per batch, overlapped
-        stored = self._guarded(
-            claimed.spec, partial(write_back, self._conn, claimed, result, self._config, seconds)
-        )
-        self._on_io_idle()
+        try:
+            stored = self._guarded(
+                claimed.spec,
+                partial(write_back, self._conn, claimed, result, self._config, seconds),
+            )
+        finally:
+            self._held.drop(claimed.claims)
         return None if stored is None else (claimed.spec, stored)
+
+    def _release(self, claimed: Claimed) -> None:
+        try:
+            release(self._conn, claimed)
+        finally:
+            self._held.drop(claimed.claims)
 
     def _guarded(self, spec: ModelSpec, step: Callable[[], _T]) -> _T | None:
         """Run a database step; an error that is not the connection's takes the model out.
@@ -128,8 +144,8 @@ class Pipeline:
         except psycopg.OperationalError:
             raise
         except psycopg.Error as exc:
-            log.error("model=%s batch failed: %s", spec.name, db.first_line(exc))
             self._drop(spec)
+            self._on_failed(spec, exc)
             return None
 
     def _drop(self, spec: ModelSpec) -> None:
@@ -148,6 +164,10 @@ class Pipeline:
         try:
             claimed = upcoming.result()
             if claimed is not None:
-                io.submit(release, self._conn, claimed).result()
+                io.submit(self._release, claimed).result()
         except psycopg.Error:
             pass  # the connection is gone: the lease (or the reconnect's release) frees the keys
+
+
+def _log_failure(spec: ModelSpec, exc: psycopg.Error) -> None:
+    log.error("model=%s batch failed: %s", spec.name, db.first_line(exc))

@@ -1,8 +1,10 @@
 """The sync loop: drain the queues, wait for a NOTIFY (or the poll timer, or stop), repeat.
 
 A NOTIFY only wakes the loop; the SKIP LOCKED claim is the source of truth, so a lost
-notification costs latency, never data. A dropped connection or a restarted server is logged and
-reconnected with backoff; only faults that will not heal (authentication, schema) end the worker.
+notification costs latency, never data. Once the worker has reached its database, a dropped
+connection or a restarted server at any moment (model load included) is logged and reconnected
+with backoff; only faults that will not heal (authentication, schema) end the worker. A model
+whose table or column is gone is skipped, said once, and served again when it is back.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ import psycopg
 from psycopg import sql
 
 from pgembed import db, defaults, migrate
-from pgembed.catalog import naming, registry
+from pgembed.catalog import naming, registry, tables
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, hardware
 from pgembed.errors import DatabaseError, NotFoundError
 from pgembed.lifecycle import models
 from pgembed.sync import store
 from pgembed.sync.batch import BatchConfig, BatchResult
+from pgembed.sync.leases import Keeper
 from pgembed.sync.pipeline import Pipeline
 
 log = logging.getLogger("pgembed.sync")
@@ -65,17 +68,47 @@ class Stats:
     failed: int = 0
 
 
+class Backoff:
+    """Waits between reconnect attempts: doubling from `first` up to `cap`, and from `first`
+    again once a session is up (a restart next week does not start at the cap)."""
+
+    def __init__(self, cap: float, first: float = 0.5) -> None:
+        self.cap = cap
+        self.first = first
+        self._delay = 0.0
+
+    def next(self) -> float:
+        self._delay = min(self.cap, max(self.first, self._delay * 2))
+        return self._delay
+
+    def reset(self) -> bool:
+        """Start over; True if there was a fault to recover from."""
+        faulted, self._delay = self._delay > 0, 0.0
+        return faulted
+
+
 class Worker:
-    def __init__(self, url: str, options: Options, on_progress: OnBatch | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        options: Options,
+        on_progress: OnBatch | None = None,
+        *,
+        reached: bool = False,
+    ) -> None:
+        """`reached`: the caller has already connected to `url`, so even a fault on the first
+        connection is one to ride out (a restart), not a wrong URL to report."""
         self.url = url
         self.options = options
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.stop_event = threading.Event()
         self.stats = Stats()
+        self.backoff = Backoff(options.max_backoff_seconds)
         self._on_progress = on_progress
-        self._last_heartbeat = 0.0
+        self._reached = reached  # the database has answered once: faults from now on heal
         self._started = False  # set once the first session is up and serving
         self._stale = False  # a model changed under a batch: reread the catalog
+        self._broken: dict[str, str] = {}  # model -> why its table cannot be served (logged once)
         self._config = BatchConfig(
             self.id, options.claim_size, options.lease_seconds, options.max_attempts, options.device
         )
@@ -83,24 +116,29 @@ class Worker:
     def stop(self) -> None:
         self.stop_event.set()
 
+    @property
+    def broken(self) -> dict[str, str]:
+        """Models skipped because their table or a column is gone, with the reason."""
+        return dict(self._broken)
+
     def run(self) -> Stats:
         """Work until stopped (or, with `once`, until the queues are empty).
 
-        A fault before the first successful start is reported at once (a wrong URL should not
-        hang); afterwards the worker rides out restarts and dropped connections with backoff.
+        A fault before the database was ever reached is reported at once (a wrong URL should
+        not hang); afterwards the worker rides out restarts and dropped connections with
+        backoff, whenever they come: during its startup and model load too.
         """
-        delay = 0.0
         hardware.use_all_cores()
         while not self.stop_event.is_set():
             try:
                 self._session()
                 return self.stats
             except (psycopg.OperationalError, DatabaseError) as exc:
-                if not self._started or _permanent(exc):
+                if not self._reached or _permanent(exc):
                     if isinstance(exc, DatabaseError):
                         raise
                     raise DatabaseError(f"database error: {db.first_line(exc)}") from None
-                delay = min(self.options.max_backoff_seconds, max(0.5, delay * 2))
+                delay = self.backoff.next()
                 log.warning("database fault (%s); reconnecting in %.1fs", db.first_line(exc), delay)
                 self.stop_event.wait(delay)
         return self.stats
@@ -108,42 +146,57 @@ class Worker:
     def _session(self) -> None:
         """One connected stretch of work; returns when done, raises when the connection fails."""
         conn = db.connect(self.url)
-        listener = db.connect(self.url, vector=False)
+        self._reached = True
+        keeper = Keeper(
+            self.url, self.id, self.options.lease_seconds, self.options.heartbeat_seconds
+        )
+        listener: psycopg.Connection | None = None
         try:
+            listener = db.connect(self.url, vector=False)
             migrate.require_current(conn)
             listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(naming.CHANNEL)))
             if self._started:  # claims held before the fault are dead: hand them back now
                 store.release_worker(conn, self.id)
+            if self.backoff.reset():
                 log.info("reconnected to the database")
             try:
-                self._loop(conn, listener)
+                self._loop(conn, listener, keeper)
             except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
                 migrate.require_current(conn)  # says "run `pgembed migrate`" if that is the cause
                 raise
+            keeper.close()  # before leaving the list of workers, so no heartbeat comes after
             store.worker_exit(conn, self.id)
         finally:
+            keeper.close()
             conn.close()
-            listener.close()
+            if listener is not None:
+                listener.close()
 
-    def _loop(self, conn: psycopg.Connection, listener: psycopg.Connection) -> None:
+    def _loop(self, conn: psycopg.Connection, listener: psycopg.Connection, keeper: Keeper) -> None:
         specs = self.models(conn, strict=not self._started)
-        self._heartbeat(conn, specs, force=True)
+        keeper.start(_names(specs))
         self._started = True
         while not self.stop_event.is_set():
-            did_work = self.drain(conn, specs, partial(self._new_model_announced, listener, specs))
-            self._heartbeat(conn, specs)
+            announced = partial(self._new_model_announced, listener, specs)
+            did_work = self.drain(conn, specs, announced, keeper)
             if self._stale:  # a model was altered or reindexed under a batch: reread the catalog
                 self._stale = False
-                specs = self.models(conn)
+                specs = self._reread(conn, keeper)
                 continue
             if self.options.once and not did_work:
                 return
             if not did_work:
                 self._wait(listener)
-                specs = self.models(conn)  # pick up models added or removed meanwhile
+                specs = self._reread(conn, keeper)  # models added, removed, broken or mended
+
+    def _reread(self, conn: psycopg.Connection, keeper: Keeper) -> list[ModelSpec]:
+        specs = self.models(conn)
+        keeper.serve(_names(specs))
+        return specs
 
     def models(self, conn: psycopg.Connection, strict: bool = False) -> list[ModelSpec]:
-        """The models to serve, loaded before any claim so no lease ticks while a model loads."""
+        """The models to serve, loaded before any claim so no lease ticks while a model loads;
+        a model whose table cannot be served is left out (see `_servable`)."""
         if not self.options.models:
             specs = registry.all_models(conn)
         else:
@@ -155,15 +208,32 @@ class Worker:
                     if strict:
                         raise
                     log.warning("model %s no longer exists; skipping it", name)
+        specs = [spec for spec in specs if self._servable(conn, spec)]
         for spec in specs:
             embedder.get(models.runtime_settings(spec, self.options.device))
         return specs
+
+    def _servable(self, conn: psycopg.Connection, spec: ModelSpec) -> bool:
+        """Whether the model's table and columns are there; a new reason is logged once, and
+        the model is checked again at each catalog read (after a wait, or a change)."""
+        columns = [spec.key_column, spec.text_column, spec.embedding_column]
+        reason = tables.problem(conn, spec.table_schema, spec.table_name, columns)
+        before = self._broken.pop(spec.name, None)
+        if reason is None:
+            if before is not None:
+                log.info("model=%s: its table is whole again; serving it", spec.name)
+            return True
+        if reason != before:
+            log.error("model=%s skipped: %s", spec.name, reason)
+        self._broken[spec.name] = reason
+        return False
 
     def drain(
         self,
         conn: psycopg.Connection,
         specs: Sequence[ModelSpec],
         interrupt: Callable[[], bool] = lambda: False,
+        keeper: Keeper | None = None,
     ) -> bool:
         """Batches of each model in turn, until every queue is empty, stop is asked or
         `interrupt` says so; database I/O overlaps encoding (see pipeline.py)."""
@@ -173,11 +243,20 @@ class Worker:
             self._config,
             self.stop_event,
             on_result=self._count,
-            on_io_idle=lambda: self._heartbeat(conn, specs),
+            held=keeper.held if keeper is not None else None,
+            on_failed=partial(self._batch_failed, conn),
             on_model_changed=self._model_changed,
             interrupt=interrupt,
         )
         return pipeline.run()
+
+    def _batch_failed(self, conn: psycopg.Connection, spec: ModelSpec, exc: psycopg.Error) -> None:
+        """On the I/O thread: a batch's SQL failed. A table or column gone is said once (and the
+        catalog reread without the model); any other error is logged as it comes."""
+        if self._servable(conn, spec):
+            log.error("model=%s batch failed: %s", spec.name, db.first_line(exc))
+        else:
+            self._stale = True
 
     def _new_model_announced(
         self, listener: psycopg.Connection, specs: Sequence[ModelSpec]
@@ -187,7 +266,7 @@ class Worker:
         backlog of one model does not keep a new one waiting."""
         if self.options.models:
             return False  # serves only the models it was given
-        known = {spec.name for spec in specs}
+        known = {spec.name for spec in specs} | set(self._broken)
         for note in listener.notifies(timeout=0):
             if note.payload and note.payload not in known:
                 self._stale = True
@@ -204,15 +283,6 @@ class Worker:
         if self._on_progress:
             self._on_progress(spec.name, result.claimed)
 
-    def _heartbeat(
-        self, conn: psycopg.Connection, specs: Sequence[ModelSpec], force: bool = False
-    ) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_heartbeat < self.options.heartbeat_seconds:
-            return
-        self._last_heartbeat = now
-        store.heartbeat(conn, self.id, socket.gethostname(), os.getpid(), [s.name for s in specs])
-
     def _wait(self, listener: psycopg.Connection) -> None:
         """Sleep until a NOTIFY, the poll timer or stop; in short slices so stop is prompt."""
         deadline = time.monotonic() + self.options.poll_seconds
@@ -222,3 +292,7 @@ class Worker:
                 return
             for _ in listener.notifies(timeout=min(remaining, 0.5), stop_after=1):
                 return
+
+
+def _names(specs: Sequence[ModelSpec]) -> list[str]:
+    return [spec.name for spec in specs]
