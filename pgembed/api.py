@@ -62,7 +62,7 @@ def migrate_schema(database_url: str | None = None) -> list[str]:
 def add_model(
     name: str,
     table: str,
-    column: str,
+    column: str | Sequence[str],
     *,
     key: str | None = None,
     model: str = defaults.MODEL,
@@ -76,7 +76,8 @@ def add_model(
     exist_ok: bool = False,
     database_url: str | None = None,
 ) -> ModelSpec:
-    """Register model `name` on `table`'s text `column` and queue its rows (`pgembed model add`);
+    """Register model `name` on `table`'s text `column` (or several, embedded together, joined by
+    a newline) and queue its rows (`pgembed model add`);
     `sync_once` (or a running `pgembed sync`) embeds them.
 
     With `exist_ok`, a model of this name that watches the same column with the same settings is
@@ -86,7 +87,7 @@ def add_model(
     request = lifecycle.AddRequest(
         name=name,
         table=table,
-        column=column,
+        column=column if isinstance(column, str) else tuple(column),
         key=key,
         model_ref=model,
         pooling=pooling,
@@ -110,7 +111,7 @@ def _same_model(spec: ModelSpec, request: lifecycle.AddRequest) -> ModelSpec:
     schema, table = naming.parse_table(request.table)
     pairs: list[tuple[str, object, object]] = [  # (setting, asked for, registered); None: any
         ("table", f"{schema}.{table}", spec.qualified_table),
-        ("column", request.column, spec.text_column),
+        ("column", lifecycle.text_columns(request.column), spec.text_columns),
         ("key", request.key, spec.key_column),
         ("model", request.model_ref, spec.model_ref),
         ("pooling", request.pooling, spec.pooling),

@@ -24,32 +24,37 @@ def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
     names = naming.trigger_names(spec)
     ins, upd, dele, trunc = (sql.Identifier(n) for n in names)
     table = naming.table(spec)
+    # The text columns travel as one argument, comma-separated (identifiers hold no comma).
     args = sql.SQL(", ").join(
-        sql.Literal(v) for v in (spec.name, spec.key_column, spec.text_column)
+        sql.Literal(v) for v in (spec.name, spec.key_column, ",".join(spec.text_columns))
     )
-    key, text, vector = (
-        sql.Identifier(c) for c in (spec.key_column, spec.text_column, spec.embedding_column)
+    key, vector = sql.Identifier(spec.key_column), sql.Identifier(spec.embedding_column)
+    texts = [sql.Identifier(c) for c in spec.text_columns]
+    text_changed = sql.SQL(" ").join(
+        sql.SQL("OR OLD.{0}::pg_catalog.text IS DISTINCT FROM NEW.{0}::pg_catalog.text").format(t)
+        for t in texts
     )
     statements = [
         sql.SQL(
             "CREATE TRIGGER {} AFTER INSERT ON {} REFERENCING NEW TABLE AS pgembed_new "
             "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_insert_v1({})"
         ).format(ins, table, args),
-        # A new key or text, or a vector written by anyone but the sync worker (which flags its
+        # A new key or text (any of its columns), or a vector written by anyone but the sync
+        # worker (which flags its
         # writes in pgembed.writing, so they cost only this check). Compared as text: `=` on
         # text is pg_catalog's, while one on varchar could be anyone's in pgvector's schema.
         sql.SQL(
-            "CREATE TRIGGER {upd} BEFORE UPDATE OF {key}, {text}, {vector} ON {table} "
+            "CREATE TRIGGER {upd} BEFORE UPDATE OF {key}, {texts}, {vector} ON {table} "
             "FOR EACH ROW WHEN (pg_catalog.current_setting('pgembed.writing', true) "
             "IS DISTINCT FROM 'on' "
             "AND (OLD.{key}::pg_catalog.text IS DISTINCT FROM NEW.{key}::pg_catalog.text "
-            "OR OLD.{text}::pg_catalog.text IS DISTINCT FROM NEW.{text}::pg_catalog.text "
-            "OR OLD.{vector} IS DISTINCT FROM NEW.{vector})) "
+            "{text_changed} OR OLD.{vector} IS DISTINCT FROM NEW.{vector})) "
             "EXECUTE FUNCTION pgembed.capture_update_v1({args}, {column})"
         ).format(
             upd=upd,
             key=key,
-            text=text,
+            texts=sql.SQL(", ").join(texts),
+            text_changed=text_changed,
             vector=vector,
             table=table,
             args=args,
@@ -85,12 +90,12 @@ def enqueue_existing(conn: psycopg.Connection, spec: ModelSpec) -> int:
         sql.SQL(
             "INSERT INTO pgembed.queue (model, key) "
             "SELECT %s, {key}::pg_catalog.text FROM {table} "
-            "WHERE {key} IS NOT NULL AND pgembed._has_text_v1({text}::pg_catalog.text) "
+            "WHERE {key} IS NOT NULL AND pgembed._has_text_v1(({text})::pg_catalog.text) "
             "ON CONFLICT (model, key) DO NOTHING"
         ).format(
             key=sql.Identifier(spec.key_column),
             table=naming.table(spec),
-            text=sql.Identifier(spec.text_column),
+            text=naming.text_expression(spec),
         ),
         (spec.name,),
     )

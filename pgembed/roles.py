@@ -37,12 +37,13 @@ def grant_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """The daemon role reads the key and text and writes the vector of a model's table."""
     if not _exists(conn, DAEMON):
         return
-    key, text, vector = (
-        sql.Identifier(c) for c in (spec.key_column, spec.text_column, spec.embedding_column)
+    readable = sql.SQL(", ").join(
+        sql.Identifier(c) for c in (spec.key_column, *spec.text_columns, spec.embedding_column)
     )
+    vector = sql.Identifier(spec.embedding_column)
     conn.execute(
-        sql.SQL("GRANT SELECT ({}, {}, {}), UPDATE ({}) ON {} TO {}").format(
-            key, text, vector, vector, naming.table(spec), sql.Identifier(DAEMON)
+        sql.SQL("GRANT SELECT ({}), UPDATE ({}) ON {} TO {}").format(
+            readable, vector, naming.table(spec), sql.Identifier(DAEMON)
         )
     )
 

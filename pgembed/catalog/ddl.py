@@ -85,7 +85,7 @@ def create_fulltext_index(
             name=sql.Identifier(naming.fulltext_index_name(spec)),
             table=naming.table(spec),
             config=sql.Literal(FULLTEXT_CONFIG),
-            column=sql.Identifier(spec.text_column),
+            column=naming.text_expression(spec),
         )
     )
 

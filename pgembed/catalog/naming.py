@@ -87,6 +87,23 @@ def shadow_name(name: str) -> str:
     return f"{name[: 48 - len(SHADOW_SUFFIX) - 9]}_{digest}{SHADOW_SUFFIX}"
 
 
+def text_expression(spec: ModelSpec, alias: str | None = None) -> sql.Composable:
+    """The text the model embeds, over the table's columns (as `alias.column` when given): the
+    column itself, or several joined by a newline with a NULL one as empty. The SQL side's
+    pgembed._text_v1 writes the same, so a full-text index on it is matched by hybrid search."""
+
+    def column(name: str) -> sql.Identifier:
+        return sql.Identifier(alias, name) if alias else sql.Identifier(name)
+
+    if len(spec.text_columns) == 1:
+        return column(spec.text_columns[0])
+    parts = [
+        sql.SQL("coalesce({}::pg_catalog.text, '')").format(column(name))
+        for name in spec.text_columns
+    ]
+    return sql.SQL("({})").format(sql.SQL(" || E'\\n' || ").join(parts))
+
+
 def table(spec: ModelSpec) -> sql.Identifier:
     """The watched table, quoted."""
     return sql.Identifier(spec.table_schema, spec.table_name)

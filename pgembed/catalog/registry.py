@@ -41,6 +41,12 @@ class ModelSpec:
     precision_requested: str = "fp32"
     precision_cosine: float | None = None  # agreement with fp32 vectors when it was checked
     precision_note: str = ""
+    # The columns embedded together, joined by a newline; the first is text_column.
+    text_columns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.text_columns:  # a one-column model, made without naming its columns
+            object.__setattr__(self, "text_columns", (self.text_column,))
 
     @property
     def qualified_table(self) -> str:
@@ -58,7 +64,7 @@ BY_NAME = _SELECT + " WHERE name = %s"
 
 
 def _spec(row: dict[str, Any]) -> ModelSpec:
-    return ModelSpec(**row)
+    return ModelSpec(**{**row, "text_columns": tuple(row["text_columns"])})
 
 
 def found(name: str, row: dict[str, Any] | None) -> ModelSpec:
@@ -120,7 +126,7 @@ def exists(conn: psycopg.Connection, name: str) -> bool:
 
 
 def insert(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    values = spec.as_dict()
+    values = {**spec.as_dict(), "text_columns": list(spec.text_columns)}
     placeholders = ", ".join(f"%({c})s" for c in _COLUMNS)
     conn.execute(
         f"INSERT INTO pgembed.models ({', '.join(_COLUMNS)}) VALUES ({placeholders})", values

@@ -23,7 +23,13 @@ def model_group() -> None:
 @model_group.command("add")
 @click.argument("name")
 @click.option("--table", "table", required=True, help="The table to watch ([schema.]table).")
-@click.option("--column", required=True, help="The text column to embed.")
+@click.option(
+    "--column",
+    "columns",
+    required=True,
+    multiple=True,
+    help="The text column to embed; repeat it to embed several together (joined by a newline).",
+)
 @click.option("--key", help="Unique key column. Default: the table's single-column primary key.")
 @click.option(
     "--model",
@@ -59,7 +65,7 @@ def model_add(
     app: App,
     name: str,
     table: str,
-    column: str,
+    columns: tuple[str, ...],
     key: str | None,
     model_ref: str,
     pooling: str | None,
@@ -70,11 +76,11 @@ def model_add(
     fulltext: bool,
     precision_: str,
 ) -> None:
-    """Register model NAME on a table's text column and queue its existing rows."""
+    """Register model NAME on a table's text column(s) and queue its existing rows."""
     request = models.AddRequest(
         name=name,
         table=table,
-        column=column,
+        column=columns,
         key=key,
         model_ref=model_ref,
         pooling=pooling,
@@ -89,7 +95,8 @@ def model_add(
         spec, queued = models.add(conn, request, on_wait=_say_waiting)
     click.echo(
         f"added model {spec.name}: {spec.model_ref} ({spec.pooling} pooling, {spec.dimensions} "
-        f"dimensions) on {spec.qualified_table}.{spec.text_column} -> {spec.embedding_column}; "
+        f"dimensions) on {spec.qualified_table}.{'+'.join(spec.text_columns)} -> "
+        f"{spec.embedding_column}; "
         f"{queued} rows queued (run `pgembed sync`)"
     )
     click.echo(f"precision {spec.precision}: {spec.precision_note}")
@@ -114,7 +121,7 @@ def model_list(app: App, as_json: bool) -> None:
         click.echo("no models: add one with `pgembed model add`")
     for s in specs:
         click.echo(
-            f"{s.name}\t{s.qualified_table}.{s.text_column} -> {s.embedding_column}\t"
+            f"{s.name}\t{s.qualified_table}.{'+'.join(s.text_columns)} -> {s.embedding_column}\t"
             f"{s.model_ref}\t{s.pooling}\t{s.dimensions}d"
         )
 

@@ -18,7 +18,7 @@ from pgembed.lifecycle import indexbuild
 class AddRequest:
     name: str
     table: str
-    column: str
+    column: str | tuple[str, ...]  # several: embedded together, joined by a newline
     key: str | None = None
     model_ref: str = defaults.MODEL
     pooling: str | None = None
@@ -39,14 +39,15 @@ def add(
     """
     name = naming.model_name(request.name)
     schema, table = naming.parse_table(request.table)
-    column = naming.identifier("column", request.column)
+    columns = text_columns(request.column)
     key = naming.identifier("key column", request.key) if request.key is not None else None
     if request.max_seq_length is not None and request.max_seq_length < 1:
         raise UsageError("--max-seq-length must be a positive number of word pieces")
     if registry.exists(conn, name):
         raise UsageError(f"model {name!r} already exists: see `pgembed model list`")
     info = tables.watchable(tables.inspect(conn, schema, table))
-    text_column = tables.text_column(info, column)
+    for column in columns:
+        tables.text_column(info, column)
     key_column = tables.key_column(info, key)
     embedding_column = naming.embedding_column(name)
     if embedding_column in info.columns:
@@ -68,7 +69,8 @@ def add(
         table_name=table,
         key_column=key_column,
         key_type=info.columns[key_column],
-        text_column=text_column,
+        text_column=columns[0],
+        text_columns=columns,
         embedding_column=embedding_column,
         model_ref=request.model_ref,
         pooling=model_info.pooling,
@@ -90,6 +92,16 @@ def add(
         return capture.enqueue_existing(conn, spec)
 
     return spec, ddl.retrying_locks(conn, schema, table, create, on_wait)
+
+
+def text_columns(requested: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The validated text columns of a request: one or more, each once."""
+    columns = (requested,) if isinstance(requested, str) else tuple(requested)
+    if not columns:
+        raise UsageError("name the text column to embed (--column)")
+    if len(set(columns)) != len(columns):
+        raise UsageError(f"a text column is named twice: {', '.join(columns)}")
+    return tuple(naming.identifier("column", c) for c in columns)
 
 
 def load_checked(settings: embedder.Settings) -> embedder.ModelInfo:

@@ -163,10 +163,11 @@ class ShadowProgress:
 def progress(conn: psycopg.Connection, shadow: ModelSpec) -> ShadowProgress:
     row = conn.execute(
         sql.SQL(
-            "SELECT count({col}), count(*) FILTER (WHERE btrim({text}) <> '') FROM {table}"
+            "SELECT pg_catalog.count({col}), pg_catalog.count(*) "
+            "FILTER (WHERE pgembed._has_text_v1(({text})::pg_catalog.text)) FROM {table}"
         ).format(
             col=sql.Identifier(shadow.embedding_column),
-            text=sql.Identifier(shadow.text_column),
+            text=naming.text_expression(shadow),
             table=naming.table(shadow),
         )
     ).fetchone()

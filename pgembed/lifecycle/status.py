@@ -16,7 +16,7 @@ from pgembed.lifecycle import reindex
 
 def broken(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
     """Why the model's table can no longer be served (dropped table or column), else None."""
-    columns = [spec.key_column, spec.text_column, spec.embedding_column]
+    columns = [spec.key_column, *spec.text_columns, spec.embedding_column]
     return tables.problem(conn, spec.table_schema, spec.table_name, columns)
 
 
@@ -37,6 +37,7 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
         "broken": problem,
         "table": spec.qualified_table,
         "column": spec.text_column,
+        "columns": list(spec.text_columns),
         "embedding_column": spec.embedding_column,
         "model": spec.model_ref,
         "pooling": spec.pooling,

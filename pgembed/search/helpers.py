@@ -238,12 +238,12 @@ def _hits(
     """A helper's hits with each row's key (in the key column's own type) and text, in the
     helper's order, in one statement."""
     statement = sql.SQL(
-        "SELECT t.{key}, h.{value}, t.{text} "
+        "SELECT t.{key}, h.{value}, {text} "
         "FROM {call} WITH ORDINALITY AS h(key, {value}, n) "
         "JOIN {table} t ON t.{key} OPERATOR(pg_catalog.=) h.key::{type} ORDER BY h.n"
     ).format(
         value=sql.Identifier(value),
-        text=sql.Identifier(spec.text_column),
+        text=naming.text_expression(spec, "t"),
         call=call,
         table=naming.table(spec),
         key=sql.Identifier(spec.key_column),

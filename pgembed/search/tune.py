@@ -144,11 +144,11 @@ def excerpts(conn: psycopg.Connection, spec: ModelSpec, n: int) -> list[str]:
     query is a short text near, not on, the documents it should find; an excerpt is that."""
     rows = conn.execute(
         sql.SQL(
-            "SELECT t.{text}::text FROM {table} t "
-            "WHERE t.{col} IS NOT NULL AND t.{text} IS NOT NULL "
+            "SELECT ({text})::pg_catalog.text FROM {table} t "
+            "WHERE t.{col} IS NOT NULL AND {text} IS NOT NULL "
             "ORDER BY pg_catalog.md5(t.{key}::text) LIMIT %s"
         ).format(
-            text=sql.Identifier(spec.text_column),
+            text=naming.text_expression(spec, "t"),
             col=sql.Identifier(spec.embedding_column),
             key=sql.Identifier(spec.key_column),
             table=naming.table(spec),

@@ -147,6 +147,7 @@ def model_info(spec: ModelSpec) -> dict[str, Any]:
         "name": spec.name,
         "table": spec.qualified_table,
         "column": spec.text_column,
+        "columns": list(spec.text_columns),
         "key": spec.key_column,
         "dimensions": spec.dimensions,
         "pooling": spec.pooling,

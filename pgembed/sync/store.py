@@ -60,12 +60,12 @@ def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list
     a 100 MB row never reaches Python whole. The md5 is still the whole text's."""
     chars = defaults.CHARS_PER_WORD_PIECE * spec.max_seq_length
     query = sql.SQL(
-        "SELECT t.{key}::text, pg_catalog.left(t.{text}, %s::integer), pg_catalog.md5(t.{text}) "
+        "SELECT t.{key}::text, pg_catalog.left({text}, %s::integer), pg_catalog.md5({text}) "
         "FROM {table} t WHERE t.{key} OPERATOR(pg_catalog.=) ANY(%s::{type}[]) "
-        "AND pgembed._has_text_v1(t.{text}::pg_catalog.text)"
+        "AND pgembed._has_text_v1(({text})::pg_catalog.text)"
     ).format(
         key=sql.Identifier(spec.key_column),
-        text=sql.Identifier(spec.text_column),
+        text=naming.text_expression(spec, "t"),
         table=naming.table(spec),
         type=naming.key_type(spec),
     )
@@ -94,13 +94,13 @@ def write(
         "FROM ROWS FROM (pg_catalog.unnest(%s::text[]), pg_catalog.unnest(%s::text[]), "
         "pg_catalog.unnest(%b)) AS v(key, text_md5, embedding) "
         "WHERE t.{key} OPERATOR(pg_catalog.=) v.key::{type} "
-        "AND pg_catalog.md5(t.{text}) OPERATOR(pg_catalog.=) v.text_md5 "
+        "AND pg_catalog.md5({text}) OPERATOR(pg_catalog.=) v.text_md5 "
         "RETURNING v.key"
     ).format(
         table=naming.table(spec),
         column=sql.Identifier(spec.embedding_column),
         key=sql.Identifier(spec.key_column),
-        text=sql.Identifier(spec.text_column),
+        text=naming.text_expression(spec, "t"),
         type=naming.key_type(spec),
     )
     params = (

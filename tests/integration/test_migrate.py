@@ -97,3 +97,48 @@ def test_server_without_vector_gets_clear_error(empty_db_url: str) -> None:
         conn.execute("SET extension_control_path = '/nonexistent'")
         with pytest.raises(Exception, match="no `vector` extension available"):
             migrate.migrate(conn)
+
+
+# A model as pgembed 0.1 (migrations 0001-0006) made it: its catalog row and its four triggers.
+_OLD_MODEL = """
+CREATE TABLE public.docs (id integer PRIMARY KEY, body text);
+INSERT INTO docs VALUES (1, 'a good phone'), (2, 'a bad charger');
+ALTER TABLE docs ADD COLUMN embedding_m public.vector(384);
+INSERT INTO pgembed.models (name, table_schema, table_name, key_column, key_type, text_column,
+    embedding_column, model_ref, pooling, normalize, dimensions, max_seq_length)
+VALUES ('m', 'public', 'docs', 'id', 'integer', 'body', 'embedding_m',
+        'sentence-transformers/all-MiniLM-L6-v2', 'mean', true, 384, 256);
+CREATE TRIGGER pgembed_m_ins AFTER INSERT ON docs REFERENCING NEW TABLE AS pgembed_new
+    FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_insert_v1('m', 'id', 'body');
+CREATE TRIGGER pgembed_m_upd BEFORE UPDATE OF body ON docs FOR EACH ROW
+    WHEN (OLD.body IS DISTINCT FROM NEW.body)
+    EXECUTE FUNCTION pgembed.capture_update_v1('m', 'id', 'body', 'embedding_m');
+CREATE TRIGGER pgembed_m_del AFTER DELETE ON docs REFERENCING OLD TABLE AS pgembed_old
+    FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_delete_v1('m', 'id', 'body');
+CREATE TRIGGER pgembed_m_trunc AFTER TRUNCATE ON docs
+    FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_truncate_v1('m', 'id', 'body');
+INSERT INTO pgembed.queue (model, key) VALUES ('m', '1'), ('m', '2');
+"""
+
+
+def test_a_model_made_before_0007_is_upgraded(empty_db_url: str, tmp_path: Path) -> None:
+    old = tmp_path / "migrations"
+    old.mkdir()
+    for migration in migrate.available()[:6]:
+        shutil.copy(migrate.MIGRATIONS_DIR / migration.filename, old)
+    with db.connection(empty_db_url) as conn:
+        migrate.migrate(conn, old)
+        conn.execute(_OLD_MODEL.encode())
+        applied = migrate.migrate(conn)
+        assert [m.version for m in applied] == [m.version for m in migrate.available()[6:]]
+        triggers = conn.execute(
+            "SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = 'docs'::regclass ORDER BY 1"
+        ).fetchall()
+        assert triggers == [(f"pgembed_m_{e}", "A") for e in ("del", "ins", "trunc", "upd")]
+        row = conn.execute("SELECT text_columns FROM pgembed.models").fetchone()
+        assert row == (["body"],)
+        conn.execute("DELETE FROM pgembed.queue")
+        conn.execute("UPDATE docs SET id = 20 WHERE id = 2")  # a key change: fires now
+        conn.execute("INSERT INTO docs VALUES (3, 'one more')")
+        keys = conn.execute("SELECT key FROM pgembed.queue UNION SELECT key FROM pgembed.inbox")
+        assert sorted(k for (k,) in keys) == ["20", "3"]

@@ -254,9 +254,9 @@ def test_migrations_yield_the_current_schema(empty_db_url: str, other_empty_db_u
 
 SAMPLE_MODEL = """
 INSERT INTO pgembed.models (
-    name, table_schema, table_name, key_column, key_type, text_column, embedding_column,
-    model_ref, pooling, normalize, dimensions, max_seq_length)
-VALUES ('sample', 'public', 'docs', 'id', 'integer', 'body', 'embedding_sample',
+    name, table_schema, table_name, key_column, key_type, text_column, text_columns,
+    embedding_column, model_ref, pooling, normalize, dimensions, max_seq_length)
+VALUES ('sample', 'public', 'docs', 'id', 'integer', 'body', '{body}', 'embedding_sample',
         'sentence-transformers/all-MiniLM-L6-v2', 'mean', true, 3, 256)
 """
 

@@ -53,7 +53,10 @@ CREATE TABLE pgembed.models (
         CHECK (precision_requested IN ('auto', 'fp32', 'bf16', 'fp16', 'int8')),
     -- Cosine agreement with fp32 vectors when the precision was checked, and why it was chosen.
     precision_cosine     double precision,
-    precision_note       text NOT NULL DEFAULT ''
+    precision_note       text NOT NULL DEFAULT '',
+    -- The columns embedded together, joined by a newline (text_column is the first). Since 0008.
+    text_columns         text[] NOT NULL CONSTRAINT models_text_columns_check
+        CHECK (cardinality(text_columns) >= 1 AND text_columns[1] = text_column)
 );
 
 -- Every version's settings, so `model alter` leaves a record of what each version embedded with.

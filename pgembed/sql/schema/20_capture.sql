@@ -4,7 +4,7 @@
 -- produce exactly these objects. Changes go in a new migration under migrations/ and here.
 --
 -- Each model puts triggers on its source table (pgembed/capture.py) that call these with
--- arguments (model, key column, text column[, embedding column]). User identifiers reach SQL
+-- arguments (model, key column, text columns comma-separated[, embedding column]). User identifiers reach SQL
 -- here only through format('%I'); only pgembed's own triggers pass them (PUBLIC may not call
 -- these functions).
 
@@ -14,6 +14,18 @@ CREATE FUNCTION pgembed._has_text_v1(t text) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
     SELECT t OPERATOR(pg_catalog.~)
         '[^[:space:]\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff]'
+$fn$;
+
+-- The text a model embeds, as an SQL expression over `alias`'s columns: the column itself when
+-- there is one (so a full-text index on it still matches), else the columns joined by a newline,
+-- a NULL one as empty. || and coalesce(), not concat_ws(): an index expression must be immutable.
+-- pgembed/catalog/naming.py (text_expression) writes the same for the sessions' SQL.
+CREATE FUNCTION pgembed._text_v1(columns text[], alias text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT CASE WHEN cardinality(columns) = 1 THEN format('%s.%I', alias, columns[1])
+           ELSE (SELECT string_agg(format('coalesce(%s.%I::pg_catalog.text, '''')', alias, c),
+                                   ' || E''\n'' || ' ORDER BY o)
+                 FROM unnest(columns) WITH ORDINALITY AS u(c, o)) END
 $fn$;
 
 -- NULL, or why a capture trigger cannot run: a column it names was renamed or dropped. The
@@ -47,7 +59,8 @@ SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$
 DECLARE
     queued bigint;
-    missing text := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], TG_ARGV[1:2]);
+    texts text[] := string_to_array(TG_ARGV[2], ',');
+    missing text := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], TG_ARGV[1:1] || texts);
 BEGIN
     IF missing IS NOT NULL THEN
         RAISE WARNING '%', missing;
@@ -56,8 +69,9 @@ BEGIN
     EXECUTE format(
         'INSERT INTO pgembed.inbox (model, key, seq)
          SELECT $1, n.%1$I::text, $2 FROM pgembed_new n
-         WHERE n.%1$I IS NOT NULL AND pgembed._has_text_v1(n.%2$I::text)',
-        TG_ARGV[1], TG_ARGV[2]) USING TG_ARGV[0], pg_current_xact_id()::text::bigint;
+         WHERE n.%1$I IS NOT NULL AND pgembed._has_text_v1((%2$s)::text)',
+        TG_ARGV[1], pgembed._text_v1(texts, 'n'))
+        USING TG_ARGV[0], pg_current_xact_id()::text::bigint;
     GET DIAGNOSTICS queued = ROW_COUNT;
     IF queued > 0 THEN
         PERFORM pg_notify('pgembed', TG_ARGV[0]);
@@ -66,7 +80,7 @@ BEGIN
 END
 $fn$;
 
--- A row whose key, text or vector changed (the trigger's WHEN clause: a vector written by
+-- A row whose key, text (any of its columns) or vector changed (the trigger's WHEN clause: a vector written by
 -- anyone but the sync worker, which says so in pgembed.writing, counts). A changed key forgets the old key's
 -- pending work; a new text, a vector written by hand, or a new key of a row still waiting for
 -- its vector queues the new key and clears the vector in the same row write, so a vector is
@@ -84,16 +98,19 @@ DECLARE
     has_text boolean;
     text_changed boolean;
     vector_missing boolean;
-    missing text := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], TG_ARGV[1:3]);
+    texts text[] := string_to_array(TG_ARGV[2], ',');
+    missing text := pgembed._missing_column_v1(
+        TG_RELID, TG_ARGV[0], TG_ARGV[1:1] || texts || TG_ARGV[3:3]);
 BEGIN
     IF missing IS NOT NULL THEN
         RAISE WARNING '%', missing;
         RETURN NEW;
     END IF;
     EXECUTE format(
-        'SELECT ($1).%1$I::text, ($2).%1$I::text, pgembed._has_text_v1(($2).%2$I::text),
-                ($1).%2$I::text IS DISTINCT FROM ($2).%2$I::text, ($2).%3$I IS NULL',
-        TG_ARGV[1], TG_ARGV[2], TG_ARGV[3])
+        'SELECT ($1).%1$I::text, ($2).%1$I::text, pgembed._has_text_v1((%2$s)::text),
+                (%4$s)::text IS DISTINCT FROM (%2$s)::text, ($2).%3$I IS NULL',
+        TG_ARGV[1], pgembed._text_v1(texts, '($2)'), TG_ARGV[3],
+        pgembed._text_v1(texts, '($1)'))
         INTO old_key, new_key, has_text, text_changed, vector_missing
         USING OLD, NEW;
     IF old_key IS DISTINCT FROM new_key THEN

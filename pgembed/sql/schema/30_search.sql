@@ -303,17 +303,18 @@ BEGIN
              SELECT s.key, row_number() OVER (ORDER BY s.distance) AS rank FROM semantic s),
          lexical_rank AS (
              SELECT t.%1$I::text AS key,
-                    row_number() OVER (ORDER BY ts_rank_cd(to_tsvector(''english'', t.%5$I), q)
+                    row_number() OVER (ORDER BY ts_rank_cd(to_tsvector(''english'', %5$s), q)
                                        DESC, t.%1$I) AS rank
              FROM %3$I.%4$I t, websearch_to_tsquery(''english'', $2) q
-             WHERE to_tsvector(''english'', t.%5$I) @@ q%6$s
+             WHERE to_tsvector(''english'', %5$s) @@ q%6$s
              ORDER BY rank
              LIMIT $3)
          SELECT key, coalesce(1.0::float8 / (60 + s.rank), 0) + coalesce(1.0::float8 / (60 + l.rank), 0)
          FROM semantic_rank s FULL JOIN lexical_rank l USING (key)
          ORDER BY 2 DESC, s.rank NULLS LAST, l.rank NULLS LAST
          LIMIT $4',
-        m.key_column, m.embedding_column, m.table_schema, m.table_name, m.text_column, f.clause,
+        m.key_column, m.embedding_column, m.table_schema, m.table_name,
+        pgembed._text_v1(m.text_columns, 't'), f.clause,
         pgembed._distance_v1())
         USING query, query_text, greatest(4 * k::bigint, 40), k, f.args;
 END
