@@ -30,9 +30,10 @@ def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
     )
     key, vector = sql.Identifier(spec.key_column), sql.Identifier(spec.embedding_column)
     texts = [sql.Identifier(c) for c in spec.text_columns]
-    text_changed = sql.SQL(" ").join(
-        sql.SQL("OR OLD.{0}::pg_catalog.text IS DISTINCT FROM NEW.{0}::pg_catalog.text").format(t)
-        for t in texts
+    watched = sql.SQL(", ").join([key, *texts])
+    old, new = (
+        sql.SQL(", ").join(sql.SQL("{}.{}").format(sql.SQL(side), c) for c in (key, *texts))
+        for side in ("OLD", "NEW")
     )
     statements = [
         sql.SQL(
@@ -40,23 +41,23 @@ def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
             "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_insert_v1({})"
         ).format(ins, table, args),
         # A new key or text (any of its columns), or a vector written by anyone but the sync
-        # worker (which flags its
-        # writes in pgembed.writing, so they cost only this check). Compared as text: `=` on
-        # text is pg_catalog's, while one on varchar could be anyone's in pgvector's schema.
+        # worker (which flags its writes in pgembed.writing) or a replication apply. Compared
+        # by binary image: no `=` looked up through search_path, no text rendered under the
+        # writer's settings (0.1 and 0.10000000000000002 are one text at extra_float_digits 0).
         sql.SQL(
-            "CREATE TRIGGER {upd} BEFORE UPDATE OF {key}, {texts}, {vector} ON {table} "
-            "FOR EACH ROW WHEN (pg_catalog.current_setting('pgembed.writing', true) "
-            "IS DISTINCT FROM 'on' "
-            "AND (OLD.{key}::pg_catalog.text IS DISTINCT FROM NEW.{key}::pg_catalog.text "
-            "{text_changed} OR OLD.{vector} IS DISTINCT FROM NEW.{vector})) "
+            "CREATE TRIGGER {upd} BEFORE UPDATE OF {watched}, {vector} ON {table} FOR EACH ROW "
+            "WHEN (NOT pg_catalog.record_image_eq(ROW({old}), ROW({new})) "
+            "OR (NOT pg_catalog.record_image_eq(ROW(OLD.{vector}), ROW(NEW.{vector})) "
+            "AND pg_catalog.current_setting('pgembed.writing', true) IS DISTINCT FROM 'on' "
+            "AND pg_catalog.current_setting('session_replication_role') <> 'replica')) "
             "EXECUTE FUNCTION pgembed.capture_update_v1({args}, {column})"
         ).format(
             upd=upd,
-            key=key,
-            texts=sql.SQL(", ").join(texts),
-            text_changed=text_changed,
+            watched=watched,
             vector=vector,
             table=table,
+            old=old,
+            new=new,
             args=args,
             column=sql.Literal(spec.embedding_column),
         ),

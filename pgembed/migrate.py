@@ -59,6 +59,8 @@ def migrate(
     _require_vector_available(conn)
     conn.execute(sqlfiles.get("migrate", "lock"), {"key": _LOCK_KEY})
     try:
+        schema = _vector_schema(conn)
+        _refuse_shadows(conn, schema)
         with conn.transaction():
             conn.execute(sqlfiles.get("migrate", "bootstrap"))
         done = applied(conn)
@@ -68,6 +70,7 @@ def migrate(
             if migration.version in done:
                 continue
             with conn.transaction():
+                conn.execute(sqlfiles.get("migrate", "pin"), {"schema": schema})
                 conn.execute(migration.sql.encode())
                 record = {
                     "version": migration.version,
@@ -78,7 +81,7 @@ def migrate(
             newly.append(migration)
         if create_roles:
             roles.create(conn)
-        else:
+        elif directory == MIGRATIONS_DIR:  # the grants read the current catalog
             roles.grant(conn)
         return newly
     except psycopg.Error as exc:
@@ -111,6 +114,32 @@ def _refuse_tampered(done: dict[int, str], wanted: list[Migration]) -> None:
                 f"(applied sha256 {sha[:12]}, file {migration.sha256[:12]}); "
                 "refusing to continue: restore the file or add a new migration"
             )
+
+
+def _vector_schema(conn: psycopg.Connection) -> str:
+    """pgvector's schema, installing it first where the role's own search_path says (public,
+    usually): migrations then run with search_path = pg_catalog, that schema, pg_temp."""
+    row = conn.execute(sqlfiles.get("migrate", "vector_schema")).fetchone()
+    if row is None:
+        with conn.transaction():
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        row = conn.execute(sqlfiles.get("migrate", "vector_schema")).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _refuse_shadows(conn: psycopg.Connection, schema: str) -> None:
+    """Refuse to run as this role while pgvector's schema holds functions or operators that
+    could take over built-in calls (some SQL of migrations already applied elsewhere cannot be
+    changed to qualify every name)."""
+    found = [row[0] for row in conn.execute(sqlfiles.get("migrate", "shadows"), {"schema": schema})]
+    if found:
+        shown = "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
+        raise SchemaError(
+            f"refusing to migrate: schema {schema} (pgvector's) holds {shown}, named like "
+            "built-ins and part of no extension, which could run as you: drop them, or keep "
+            f"other roles from creating there (REVOKE CREATE ON SCHEMA {schema} FROM PUBLIC)"
+        )
 
 
 def _require_vector_available(conn: psycopg.Connection) -> None:

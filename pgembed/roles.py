@@ -1,15 +1,17 @@
 """Roles of least privilege: `pgembed migrate --create-roles` makes two NOLOGIN group roles,
-pgembed_daemon (the sync daemon) and pgembed_reader (searches, status), and keeps their grants
+pgembed_daemon (the sync daemon, status) and pgembed_reader (searches), and keeps their grants
 current; `model add` lets the daemon role read a watched table's key and text and write its
 vector column. Application writers need nothing (see sql/roles.sql)."""
 
 from __future__ import annotations
 
+from typing import LiteralString
+
 import psycopg
 from psycopg import sql
 
 from pgembed import sqlfiles
-from pgembed.catalog import naming
+from pgembed.catalog import naming, registry, tables
 from pgembed.catalog.registry import ModelSpec
 
 DAEMON = "pgembed_daemon"
@@ -25,27 +27,45 @@ def create(conn: psycopg.Connection) -> None:
 
 def grant(conn: psycopg.Connection) -> None:
     """Grant each role that exists what it needs on schema pgembed (again after a migration:
-    a new table gets its grants too)."""
+    a new table gets its grants too), and the daemon its columns of every model's table (models
+    added before the roles were made included)."""
     with conn.transaction():
         for role, block in ((DAEMON, "grant_daemon"), (READER, "grant_reader")):
             if _exists(conn, role):
                 for statement in sqlfiles.statements("roles", block):
                     conn.execute(statement)
+        for spec in registry.all_models(conn):
+            if tables.problem(conn, spec.table_schema, spec.table_name, _columns(spec)) is None:
+                grant_table(conn, spec)
 
 
 def grant_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """The daemon role reads the key and text and writes the vector of a model's table."""
+    _column_privileges(conn, spec, "GRANT {} ON {} TO {}")
+
+
+def revoke_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """The model goes: the daemon keeps only what the table's other models need (a column
+    already gone took its privileges along)."""
+    if tables.problem(conn, spec.table_schema, spec.table_name, _columns(spec)) is None:
+        _column_privileges(conn, spec, "REVOKE {} ON {} FROM {}")
+    for other in registry.all_models(conn):
+        same_table = (other.table_schema, other.table_name) == (spec.table_schema, spec.table_name)
+        if same_table and other.name != spec.name:
+            grant_table(conn, other)
+
+
+def _column_privileges(conn: psycopg.Connection, spec: ModelSpec, template: LiteralString) -> None:
     if not _exists(conn, DAEMON):
         return
-    readable = sql.SQL(", ").join(
-        sql.Identifier(c) for c in (spec.key_column, *spec.text_columns, spec.embedding_column)
-    )
+    readable = sql.SQL(", ").join(sql.Identifier(c) for c in _columns(spec))
     vector = sql.Identifier(spec.embedding_column)
-    conn.execute(
-        sql.SQL("GRANT SELECT ({}), UPDATE ({}) ON {} TO {}").format(
-            readable, vector, naming.table(spec), sql.Identifier(DAEMON)
-        )
-    )
+    privileges = sql.SQL("SELECT ({}), UPDATE ({})").format(readable, vector)
+    conn.execute(sql.SQL(template).format(privileges, naming.table(spec), sql.Identifier(DAEMON)))
+
+
+def _columns(spec: ModelSpec) -> list[str]:
+    return [spec.key_column, *spec.text_columns, spec.embedding_column]
 
 
 def _exists(conn: psycopg.Connection, role: str) -> bool:

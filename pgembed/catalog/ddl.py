@@ -14,7 +14,7 @@ from typing import TypeVar
 import psycopg
 from psycopg import sql
 
-from pgembed import capture, db, defaults, sqlfiles
+from pgembed import capture, db, defaults, roles, sqlfiles
 from pgembed.catalog import naming, tables
 from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import DatabaseError
@@ -166,8 +166,10 @@ def drop(conn: psycopg.Connection, spec: ModelSpec) -> None:
 
 
 def drop_objects(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    """The model's triggers, indexes and column, of those that exist."""
+    """The model's triggers, indexes and column, of those that exist, and the daemon role's
+    privileges on its columns."""
     table = naming.table(spec)
+    roles.revoke_table(conn, spec)
     capture.drop_triggers(conn, spec)
     for index in (naming.index_name(spec), naming.fulltext_index_name(spec)):
         conn.execute(

@@ -68,8 +68,8 @@ def build(
             log.info("dropping invalid index %s left by an interrupted build", name)
             ddl.drop_concurrently(conn, spec.table_schema, name)
         conn.execute(
-            "SELECT set_config('maintenance_work_mem', %s, false), "
-            "set_config('max_parallel_maintenance_workers', %s, false)",
+            "SELECT pg_catalog.set_config('maintenance_work_mem', %s, false), "
+            "pg_catalog.set_config('max_parallel_maintenance_workers', %s, false)",
             (settings.maintenance_work_mem, str(settings.parallel_workers)),
         )
         watcher = _Watcher(url, conn, on_progress, stop, settings.poll_seconds)

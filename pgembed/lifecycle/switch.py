@@ -102,7 +102,8 @@ def _retrying(conn: psycopg.Connection, work: Callable[[], T]) -> T:
         try:
             with conn.transaction():
                 conn.execute(
-                    "SELECT set_config('lock_timeout', %s, true)", (defaults.SWITCH_LOCK_TIMEOUT,)
+                    "SELECT pg_catalog.set_config('lock_timeout', %s, true)",
+                    (defaults.SWITCH_LOCK_TIMEOUT,),
                 )
                 return work()
         except psycopg.errors.LockNotAvailable:

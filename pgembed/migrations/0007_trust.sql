@@ -168,10 +168,14 @@ $fn$;
 
 REVOKE EXECUTE ON FUNCTION pgembed.capture_insert_v1(), pgembed.capture_update_v1(),
     pgembed.capture_delete_v1(), pgembed.capture_truncate_v1() FROM PUBLIC;
+-- Nor the search compiler's trigger function: attached to another table it would rebuild
+-- pgembed.search (as its owner) at every write there.
+REVOKE EXECUTE ON FUNCTION pgembed._recompile_search_v1() FROM PUBLIC;
 
 -- Every model's update trigger again, for its new column list and condition (a key change and a
--- vector written by hand fire it; the sync worker's own writes, flagged by pgembed.writing, do
--- not); and every capture trigger fires ALWAYS. pgembed/capture.py makes the same for new models.
+-- vector written by hand fire it; the sync worker's own writes, flagged by pgembed.writing, and a
+-- replication apply do not); every capture trigger fires ALWAYS; and the queue is rebuilt in
+-- the canonical key form. pgembed/capture.py makes the same triggers for new models.
 DO $do$
 DECLARE
     m pgembed.models;
@@ -179,25 +183,35 @@ DECLARE
     event text;
 BEGIN
     FOR m IN SELECT * FROM pgembed.models LOOP
-        t := format('%I.%I', m.table_schema, m.table_name);
+        t := pg_catalog.format('%I.%I', m.table_schema, m.table_name);
         -- A table or column already gone: `pgembed status` marks the model broken.
-        CONTINUE WHEN to_regclass(t) IS NULL OR pgembed._missing_column_v1(
-            to_regclass(t), m.name, ARRAY[m.key_column, m.text_column, m.embedding_column])
-            IS NOT NULL;
-        EXECUTE format('DROP TRIGGER IF EXISTS %I ON %s', 'pgembed_' || m.name || '_upd', t);
-        EXECUTE format(
+        CONTINUE WHEN pg_catalog.to_regclass(t) IS NULL OR pgembed._missing_column_v1(
+            pg_catalog.to_regclass(t), m.name,
+            ARRAY[m.key_column, m.text_column, m.embedding_column]) IS NOT NULL;
+        EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS %I ON %s',
+                                  'pgembed_' || m.name || '_upd', t);
+        EXECUTE pg_catalog.format(
             'CREATE TRIGGER %1$I BEFORE UPDATE OF %3$I, %4$I, %5$I ON %2$s FOR EACH ROW '
-            'WHEN (pg_catalog.current_setting(''pgembed.writing'', true) IS DISTINCT FROM ''on'' '
-            'AND (OLD.%3$I::pg_catalog.text IS DISTINCT FROM NEW.%3$I::pg_catalog.text '
-            'OR OLD.%4$I::pg_catalog.text IS DISTINCT FROM NEW.%4$I::pg_catalog.text '
-            'OR OLD.%5$I IS DISTINCT FROM NEW.%5$I)) '
+            'WHEN (NOT pg_catalog.record_image_eq(ROW(OLD.%3$I, OLD.%4$I), ROW(NEW.%3$I, NEW.%4$I)) '
+            'OR (NOT pg_catalog.record_image_eq(ROW(OLD.%5$I), ROW(NEW.%5$I)) '
+            'AND pg_catalog.current_setting(''pgembed.writing'', true) IS DISTINCT FROM ''on'' '
+            'AND pg_catalog.current_setting(''session_replication_role'') <> ''replica'')) '
             'EXECUTE FUNCTION pgembed.capture_update_v1(%6$L, %3$L, %4$L, %5$L)',
             'pgembed_' || m.name || '_upd', t, m.key_column, m.text_column, m.embedding_column,
             m.name);
         FOREACH event IN ARRAY ARRAY['ins', 'upd', 'del', 'trunc'] LOOP
-            EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', t,
-                           'pgembed_' || m.name || '_' || event);
+            EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', t,
+                                      'pgembed_' || m.name || '_' || event);
         END LOOP;
+        -- Keys queued before were written in their writer's datestyle, timezone and float
+        -- digits: queue again, in the canonical form, every row still waiting for its vector.
+        DELETE FROM pgembed.queue WHERE model = m.name;
+        DELETE FROM pgembed.inbox WHERE model = m.name;
+        EXECUTE pg_catalog.format(
+            'INSERT INTO pgembed.queue (model, key) SELECT %1$L, t.%2$I::pg_catalog.text '
+            'FROM %3$s t WHERE t.%2$I IS NOT NULL AND t.%4$I IS NULL '
+            'AND pgembed._has_text_v1(t.%5$I::pg_catalog.text)',
+            m.name, m.key_column, t, m.embedding_column, m.text_column);
     END LOOP;
 END
 $do$;

@@ -90,7 +90,7 @@ async def execute_async(
             failure = exc
 
 
-_SET_EF_SEARCH: LiteralString = "SELECT set_config('pgembed.ef_search', %s, true)"
+_SET_EF_SEARCH: LiteralString = "SELECT pg_catalog.set_config('pgembed.ef_search', %s, true)"
 
 
 def _fetch(conn: psycopg.Connection | ConnectionPool[psycopg.Connection], step: Fetch) -> list[Any]:

@@ -51,7 +51,7 @@ def _prefer_index(conn: psycopg.Connection, ef_search: int | None) -> None:
     # On a small table the planner would rather scan; an index evaluation must use the index.
     conn.execute("SET LOCAL enable_seqscan = off")
     if ef_search is not None:
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
+        conn.execute("SELECT pg_catalog.set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
 
 
 def _run(
@@ -97,7 +97,7 @@ def stored_sample(conn: psycopg.Connection, spec: ModelSpec, n: int) -> tuple[li
     rows = conn.execute(
         sql.SQL(
             "SELECT {key}::text, {col} FROM {table} WHERE {col} IS NOT NULL "
-            "ORDER BY md5({key}::text) LIMIT %s"
+            "ORDER BY pg_catalog.md5({key}::pg_catalog.text) LIMIT %s"
         ).format(
             key=sql.Identifier(spec.key_column),
             col=sql.Identifier(spec.embedding_column),

@@ -44,7 +44,7 @@ WHERE n.nspname = %(schema)s AND c.relname = %(name)s AND c.relkind IN ('r', 'p'
 -- name: table_columns
 -- Its columns and their types, in order.
 SELECT attname, pg_catalog.format_type(atttypid, atttypmod) FROM pg_catalog.pg_attribute
-WHERE attrelid = %(oid)s AND attnum > 0 AND NOT attisdropped ORDER BY attnum;
+WHERE attrelid = %(oid)s::pg_catalog.oid AND attnum > 0 AND NOT attisdropped ORDER BY attnum;
 
 -- name: table_unique_indexes
 -- Its unique, non-partial indexes (the primary key flagged) with their columns in order.
@@ -52,13 +52,14 @@ SELECT i.indisprimary, pg_catalog.array_agg(a.attname ORDER BY k.ord)
 FROM pg_catalog.pg_index i
 CROSS JOIN LATERAL pg_catalog.unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
 JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-WHERE i.indrelid = %(oid)s AND i.indisunique AND i.indpred IS NULL
+WHERE i.indrelid = %(oid)s::pg_catalog.oid AND i.indisunique AND i.indpred IS NULL
 GROUP BY i.indexrelid, i.indisprimary;
 
 -- name: index_valid
 -- Whether an index is usable (false: an interrupted concurrent build left it invalid).
 SELECT indisvalid FROM pg_catalog.pg_index
-WHERE indexrelid = pg_catalog.to_regclass(pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text));
+WHERE indexrelid = pg_catalog.to_regclass(
+    pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text))::pg_catalog.oid;
 
 -- name: relation_exists
 -- Whether schema.name is taken by any relation (table, view, ...).
@@ -70,10 +71,11 @@ SELECT pg_catalog.to_regclass(pg_catalog.format('%%I.%%I', %(schema)s::text, %(n
 SELECT c.relkind = 'p', a.attname, a.attnotnull, a.attgenerated IN ('s', 'v')
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-WHERE c.oid = %(oid)s;
+WHERE c.oid = %(oid)s::pg_catalog.oid;
 
 -- name: table_lock_holders
 -- Other sessions that hold a lock on schema.name (they made a DDL statement wait).
 SELECT pg_catalog.array_agg(DISTINCT l.pid ORDER BY l.pid) FROM pg_catalog.pg_locks l
 WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()
-  AND l.relation = pg_catalog.to_regclass(pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text));
+  AND l.relation = pg_catalog.to_regclass(
+      pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text))::pg_catalog.oid;

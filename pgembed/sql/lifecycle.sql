@@ -13,7 +13,7 @@ SELECT
     ) AS oldest_queued_seconds,
     (SELECT pg_catalog.count(*) FROM pgembed.failures WHERE model = %(model)s) AS failed,
     (SELECT pg_catalog.count(*) FROM pgembed.truncated WHERE model = %(model)s) AS truncated,
-    (SELECT coalesce(pg_catalog.sum(rows), 0)::float / 60 FROM pgembed.batches
+    (SELECT coalesce(pg_catalog.sum(rows), 0)::float / 60::pg_catalog.float8 FROM pgembed.batches
        WHERE model = %(model)s AND finished_at > pg_catalog.now() - interval '1 minute') AS rows_per_second;
 
 -- name: live_workers

@@ -28,3 +28,44 @@ SELECT pg_catalog.pg_advisory_unlock(%(key)s);
 
 -- name: vector_available
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_available_extensions WHERE name = 'vector');
+
+-- name: vector_schema
+SELECT n.nspname FROM pg_catalog.pg_extension e
+JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+WHERE e.extname OPERATOR(pg_catalog.=) 'vector';
+
+-- name: pin
+-- A migration's own search_path: pg_catalog, then pgvector's schema (its type and operators).
+SELECT pg_catalog.set_config('search_path',
+    'pg_catalog, ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(%(schema)s)
+    OPERATOR(pg_catalog.||) ', pg_temp', true);
+
+-- name: shadows
+-- Functions and operators in pgvector's schema named like built-in ones and not part of any
+-- extension: an overload with better-fitting argument types would win over pg_catalog's and run
+-- as whoever calls it (CREATE on public is every role's before PostgreSQL 15).
+SELECT pg_catalog.format('%%s %%I.%%s(%%s)', x.kind, n.nspname, x.name, x.args)
+FROM (
+    SELECT 'function' AS kind, p.pronamespace AS ns, p.proname::text AS name,
+           pg_catalog.pg_get_function_identity_arguments(p.oid) AS args,
+           p.oid AS oid, 'pg_catalog.pg_proc'::pg_catalog.regclass AS cls
+    FROM pg_catalog.pg_proc p
+    WHERE EXISTS (SELECT FROM pg_catalog.pg_proc c
+                  WHERE c.pronamespace OPERATOR(pg_catalog.=) 'pg_catalog'::pg_catalog.regnamespace
+                    AND c.proname OPERATOR(pg_catalog.=) p.proname)
+    UNION ALL
+    SELECT 'operator', o.oprnamespace, o.oprname::text,
+           pg_catalog.format_type(o.oprleft, NULL) OPERATOR(pg_catalog.||) ', '
+               OPERATOR(pg_catalog.||) pg_catalog.format_type(o.oprright, NULL),
+           o.oid, 'pg_catalog.pg_operator'::pg_catalog.regclass
+    FROM pg_catalog.pg_operator o
+    WHERE EXISTS (SELECT FROM pg_catalog.pg_operator c
+                  WHERE c.oprnamespace OPERATOR(pg_catalog.=) 'pg_catalog'::pg_catalog.regnamespace
+                    AND c.oprname OPERATOR(pg_catalog.=) o.oprname)
+) x
+JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) x.ns
+WHERE n.nspname OPERATOR(pg_catalog.=) %(schema)s
+  AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+                  WHERE d.classid OPERATOR(pg_catalog.=) x.cls
+                    AND d.objid OPERATOR(pg_catalog.=) x.oid AND d.deptype OPERATOR(pg_catalog.=) 'e')
+ORDER BY 1;

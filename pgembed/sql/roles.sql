@@ -31,8 +31,10 @@ GRANT UPDATE (status) ON pgembed.models TO pgembed_daemon;
 
 -- name: grant_reader
 -- Searches: the helpers read the catalog (they run as the caller, who must also be able to
--- SELECT the table: GRANT SELECT ON <table> TO <reader>), and `status` reads the queues.
+-- SELECT the table: GRANT SELECT ON <table> TO <reader>). Not the queues: they hold keys and
+-- errors of every watched table, some of which a reader may not see (`status` needs the
+-- daemon's role).
 GRANT USAGE ON SCHEMA pgembed TO pgembed_reader;
-GRANT SELECT ON pgembed.migrations, pgembed.models, pgembed.model_versions, pgembed.queue,
-    pgembed.inbox, pgembed.failures, pgembed.truncated, pgembed.workers, pgembed.batches
-    TO pgembed_reader;
+GRANT SELECT ON pgembed.migrations, pgembed.models, pgembed.model_versions TO pgembed_reader;
+REVOKE ALL ON pgembed.queue, pgembed.inbox, pgembed.failures, pgembed.truncated,
+    pgembed.workers, pgembed.batches FROM pgembed_reader;

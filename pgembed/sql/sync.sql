@@ -65,7 +65,7 @@ SET attempts = excluded.attempts, error = excluded.error, failed_at = pg_catalog
 -- Not the last attempt: back off exponentially (2, 4, 8 ... seconds, at most an hour).
 UPDATE pgembed.queue
 SET attempts = attempts + 1, last_error = %(error)s, claimed_by = NULL,
-    next_attempt_at = pg_catalog.now() + pg_catalog.make_interval(secs => least(3600, 2 ^ (attempts + 1)))
+    next_attempt_at = pg_catalog.now() + pg_catalog.make_interval(secs => least(3600, pg_catalog.power(2::pg_catalog.float8, attempts + 1)))
 WHERE model = %(model)s AND key = %(key)s AND seq = %(seq)s;
 
 -- name: retry_failures

@@ -156,3 +156,31 @@ def test_a_renamed_column_spares_the_application(docs: psycopg.Connection) -> No
     assert len(notices) == 2
     assert all("has no column body any more (renamed or dropped?)" in n for n in notices)
     assert "`pgembed model remove minilm`" in notices[0]
+
+
+def test_a_float_key_change_invisible_in_the_writers_digits_is_captured(
+    conn: psycopg.Connection,
+) -> None:
+    conn.execute("CREATE TABLE public.docs (id double precision PRIMARY KEY, body text)")
+    conn.execute("INSERT INTO docs VALUES (0.1, 'a text')")
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+    conn.execute("DELETE FROM pgembed.queue")
+    with conn.transaction():
+        conn.execute("SET LOCAL extra_float_digits = 0")  # 0.1 and the new key print alike
+        conn.execute("UPDATE docs SET id = 0.10000000000000002")
+    assert pending(conn) == ["0.10000000000000002"]
+
+
+def test_the_workers_flag_does_not_hide_a_new_text(docs: psycopg.Connection) -> None:
+    with docs.transaction():
+        docs.execute("SET LOCAL pgembed.writing = on")  # only vectors are the worker's
+        docs.execute("UPDATE docs SET body = 'a new text' WHERE id = 1")
+    assert pending(docs) == ["1"] and vectors_missing(docs) == 1
+
+
+def test_a_replicated_vector_is_kept(docs: psycopg.Connection) -> None:
+    # A subscriber receiving the vector column from its publisher keeps it.
+    with docs.transaction():
+        docs.execute("SET LOCAL session_replication_role = replica")
+        docs.execute("UPDATE docs SET embedding_minilm = array_fill(0.5, ARRAY[384])::vector")
+    assert (vectors_missing(docs), pending(docs)) == (0, [])

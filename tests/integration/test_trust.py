@@ -15,9 +15,10 @@ import pytest
 from psycopg import sql
 
 import pgembed
-from helpers import REVIEWS
+from helpers import REVIEWS, cli, database
 from pgembed import db, migrate, roles
 from pgembed.lifecycle import models
+from pgembed.sync import store
 
 
 def as_role(url: str, role: str) -> str:
@@ -83,6 +84,23 @@ CREATE OPERATOR public.= (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = publ
 CREATE FUNCTION public.trap_ne(varchar, varchar) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN PERFORM public.pwn('<>'); RETURN $1::text <> $2::text; END $$;
 CREATE OPERATOR public.<> (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.trap_ne);
+-- Parameters psycopg sends as int2/int4 next to oid columns, float8 / int4, int ^ int.
+CREATE FUNCTION public.trap_oid_int(oid, integer) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.pwn('oid = int4'); RETURN $1 = $2::oid; END $$;
+CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = integer, FUNCTION = public.trap_oid_int);
+CREATE FUNCTION public.trap_oid_small(oid, smallint) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.pwn('oid = int2'); RETURN $1 = $2::integer::oid; END $$;
+CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = smallint, FUNCTION = public.trap_oid_small);
+CREATE FUNCTION public.trap_oid_regclass(oid, regclass) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.pwn('oid = regclass'); RETURN $1 = $2::oid; END $$;
+CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regclass, FUNCTION = public.trap_oid_regclass);
+CREATE FUNCTION public.trap_pow(integer, integer) RETURNS double precision LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.pwn('^'); RETURN power($1, $2); END $$;
+CREATE OPERATOR public.^ (LEFTARG = integer, RIGHTARG = integer, FUNCTION = public.trap_pow);
+CREATE FUNCTION public.trap_div(double precision, integer) RETURNS double precision
+LANGUAGE plpgsql AS $$ BEGIN PERFORM public.pwn('/'); RETURN $1 / $2::float8; END $$;
+CREATE OPERATOR public./ (LEFTARG = double precision, RIGHTARG = integer,
+    FUNCTION = public.trap_div);
 """
 
 
@@ -121,6 +139,10 @@ def test_search_path_hijack_leaves_the_role_powerless(
         conn.execute("UPDATE docs SET id = '10' WHERE id::text = '2'")
         conn.execute("DELETE FROM docs WHERE id::text = '3'")
     assert pgembed.sync_once(database_url=db_url).written == len(REVIEWS) - 1
+    with db.connection(db_url) as conn:  # a failed attempt that is not the last: its backoff
+        conn.execute("UPDATE docs SET body = 'again' WHERE id::text = '5'")
+        (claim,) = store.claim(conn, "minilm", "w", 1, 60)
+        assert not store.fail(conn, "minilm", claim, "boom", max_attempts=5)
     with pgembed.Client(db_url) as client:
         assert client.search("minilm", "battery life", k=3)
         assert client.search("minilm", "battery", k=3, filter={"tag": "tag1", "id": {"$ne": "5"}})
@@ -171,6 +193,12 @@ def test_each_role_works_with_only_its_grants(
     with db.connection(owner_url) as conn:
         migrate.migrate(conn, create_roles=True)
         models.add(conn, models.AddRequest("minilm", "reviews", "body", precision="fp32"))
+        # As if the model came before the roles: the next migrate grants the daemon its columns.
+        conn.execute(
+            "REVOKE SELECT (id, body, embedding_minilm), UPDATE (embedding_minilm) ON reviews "
+            "FROM pgembed_daemon"
+        )
+        migrate.migrate(conn)
     writer = new_role("writer")
     daemon = new_role("daemon", f"IN ROLE {roles.DAEMON}")
     reader = new_role("reader", f"IN ROLE {roles.READER}")
@@ -212,6 +240,49 @@ def test_each_role_works_with_only_its_grants(
     with pgembed.Client(reader_url) as client:
         hits = client.search("minilm", "battery life", k=2)
     assert [hit.key for hit in hits][:1] == [1]
-    assert pgembed.status(database_url=reader_url)[0]["queued"] == 0
-    with db.connection(reader_url) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
-        conn.execute("DELETE FROM pgembed.queue")
+    with db.connection(reader_url) as conn:
+        for statement in ("SELECT * FROM pgembed.queue", "DELETE FROM pgembed.queue"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
+    # status: the daemon's role (the queues hold every table's keys).
+    assert pgembed.status(database_url=as_role(empty_db_url, daemon))[0]["queued"] == 0
+    # A model removed: the daemon keeps no privilege on its table.
+    with db.connection(owner_url) as conn:
+        models.remove(conn, "minilm")
+        acl = conn.execute(
+            "SELECT count(*) FROM pg_attribute WHERE attrelid = 'reviews'::regclass "
+            "AND attacl::text LIKE '%%pgembed_daemon%%'"
+        ).fetchone()
+    assert acl == (0,)
+
+
+def test_migrate_refuses_a_schema_that_shadows_built_ins(
+    server_url: str, make_role: Callable[..., str]
+) -> None:
+    mallory = make_role("mallory")
+    with database(server_url, "hostile") as url:
+        with db.connection(url) as conn:
+            conn.execute("CREATE EXTENSION vector")
+            conn.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(
+                sql.Identifier(mallory)))  # fmt: skip
+            conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(mallory)))
+            # 0002 compares int[] with int[]: this would run as whoever migrates.
+            conn.execute(
+                "CREATE FUNCTION public.trap_lt(int[], int[]) RETURNS boolean LANGUAGE sql "
+                "AS 'SELECT true'; "
+                "CREATE OPERATOR public.< (LEFTARG = int[], RIGHTARG = int[], "
+                "FUNCTION = public.trap_lt)"
+            )
+            conn.execute("RESET ROLE")
+        result = cli("--database-url", url, "migrate")
+        assert result.exit_code != 0
+        (line,) = result.output.strip().splitlines()
+        assert (
+            "refusing to migrate: schema public (pgvector's) holds operator public.<(integer[]"
+            in line
+        )
+        assert "REVOKE CREATE ON SCHEMA public FROM PUBLIC" in line
+        with db.connection(url) as conn:
+            assert conn.execute("SELECT to_regclass('pgembed.models')").fetchone() == (None,)
+            with conn.cursor() as cur:
+                cur.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(mallory)))

@@ -225,6 +225,18 @@ BEGIN
 END
 $fn$;
 
+-- Whether a search of this table without a filter is faster as an exact scan than by its HNSW
+-- index: when it has fewer than 200 rows (pg_class.reltuples, kept by VACUUM, ANALYZE and CREATE
+-- INDEX; never counted: unknown). Not left to the planner: its cost of an exact scan leaves out
+-- reading each row's vector back from TOAST, where rows with a long text keep it, and it chose
+-- a scan several times slower than the index on tables of thousands of such rows (BENCHMARKS.md,
+-- "The index or an exact scan").
+CREATE FUNCTION pgembed._exact_v1(rel regclass) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT coalesce(c.reltuples >= 0 AND c.reltuples < 200, false)
+    FROM pg_class c WHERE c.oid = rel
+$fn$;
+
 -- The k nearest rows, by a query planned on every call; its SET clauses end the SET LOCALs with it.
 CREATE FUNCTION pgembed._nearest_v1(
     model text, query vector, k integer, filter jsonb, exclude_key text, settings text[]
@@ -240,6 +252,8 @@ DECLARE
     m pgembed.models := pgembed._model_v1(model);
     f record;
     not_self text := '';
+    knob text;
+    caller text;
 BEGIN
     PERFORM pgembed._check_query_v1(m, query, k);
     f := pgembed._filter_v1(m, filter, 4);
@@ -248,6 +262,14 @@ BEGIN
                           pgembed._column_type_v1(m, m.key_column));
     END IF;
     PERFORM pgembed._use_settings_v1(settings);
+    -- Without a filter, the path pgembed.search takes: an exact scan of a tiny table, else the
+    -- index. With one, the planner weighs the index against the rows the filter leaves.
+    IF f.clause = '' THEN
+        knob := CASE WHEN pgembed._exact_v1(format('%I.%I', m.table_schema, m.table_name)::regclass)
+                     THEN 'enable_indexscan' ELSE 'enable_seqscan' END;
+        caller := current_setting(knob);
+        PERFORM set_config(knob, 'off', true);
+    END IF;
     RETURN QUERY EXECUTE format(
         'WITH hits AS MATERIALIZED (
              SELECT t.%1$I::text AS key, t.%2$I %7$s $1 AS distance
@@ -259,6 +281,9 @@ BEGIN
         m.key_column, m.embedding_column, m.table_schema, m.table_name, not_self, f.clause,
         pgembed._distance_v1())
         USING query, k, exclude_key, f.args;
+    IF knob IS NOT NULL THEN  -- no SET clause names it: put back the caller's value
+        PERFORM set_config(knob, caller, true);
+    END IF;
 END
 $fn$;
 
@@ -361,9 +386,11 @@ COMMENT ON FUNCTION pgembed.hybrid_search(text, vector, text, integer, jsonb) IS
 --              %5$s pgvector's <=> by its schema; <limit> becomes 10 (k <= 10) or 100
 --              (10 < k <= 100): a constant the generic plan is costed for, as the raw
 --              statement is.
+--   $exact$    the same rows by an exact scan (same placeholders), for a tiny table.
 --   $branch$   one model's WHEN arm.   %1$L model name, %2$s dimensions, %3$L its ef_search
 --              (coalesce(models.ef_search, 40)), %4$s/%5$s $nearest$ with LIMIT 10/100,
---              %6$s pgvector's vector_dims by its schema.
+--              %6$s pgvector's vector_dims by its schema, %7$L the table (for _exact_v1),
+--              %8$s $exact$.
 --   $body$     the function body.      %s: every model's $branch$, in name order (or a
 --              `WHEN NULL THEN NULL;` when there is no model).
 -- The outer format() adds the signature (%s: the vector type, schema-qualified), the settings
@@ -379,6 +406,7 @@ DECLARE
     m pgembed.models;
     branches text := '';
     nearest text;
+    exact text;
     vector_type text;
     distance text;
     dims text;
@@ -408,11 +436,26 @@ BEGIN
                 LIMIT <limit>) hits
             LIMIT k;$nearest$,
             m.key_column, m.embedding_column, m.table_schema, m.table_name, distance);
+        -- OFFSET 0 keeps the subquery apart, so its rows cannot come in the index's order:
+        -- every row is read once, its distance computed once, and the k nearest kept.
+        exact := format($exact$
+            RETURN QUERY SELECT hits.key, 1 - hits.distance FROM (
+                SELECT t.%1$I::text AS key, t.%2$I %5$s query AS distance
+                FROM %3$I.%4$I t
+                WHERE t.%2$I IS NOT NULL
+                OFFSET 0) hits
+            ORDER BY hits.distance
+            LIMIT k;$exact$,
+            m.key_column, m.embedding_column, m.table_schema, m.table_name, distance);
         branches := branches || format($branch$
     WHEN %1$L THEN
         IF %6$s(query) <> %2$s OR k > 100 THEN  -- the dynamic path (or its error)
             RETURN QUERY SELECT * FROM pgembed._nearest_v1(
                 model, query, k, NULL, NULL, pgembed._settings_v1(model));
+            RETURN;
+        END IF;
+        -- A tiny table is read whole: faster there than its index, and exact.
+        IF pgembed._exact_v1(%7$L) THEN%8$s
             RETURN;
         END IF;
         -- ef_search: pgembed.ef_search, else the caller's own value, else the model's. Changed
@@ -430,6 +473,11 @@ BEGIN
         -- still k rows when dead tuples or row-level security hide some of the first ef_search.
         scan := current_setting('hnsw.iterative_scan');
         done := set_config('hnsw.iterative_scan', 'strict_order', true);
+        -- The index, not an exact scan: the planner's cost of one leaves out reading each vector
+        -- back from TOAST (see _exact_v1). Set before every run: a plan is made (or remade after
+        -- an ANALYZE) when the statement runs.
+        seq := current_setting('enable_seqscan');
+        done := set_config('enable_seqscan', 'off', true);
         -- The inner LIMIT is a constant, so the one generic plan is costed for that many rows,
         -- as the raw statement is (a LIMIT parameter would be costed as 10 %% of the table, and
         -- sorting the table would win); the outer LIMIT stops the scan after k rows.
@@ -439,11 +487,13 @@ BEGIN
         -- A SET clause restores only the settings it names: put back the caller's (an error
         -- needs nothing, the rollback does it).
         done := set_config('hnsw.iterative_scan', scan, true);
+        done := set_config('enable_seqscan', seq, true);
         IF ef IS NOT NULL THEN
             done := set_config('hnsw.ef_search', ef, true);
         END IF;$branch$,
             m.name, m.dimensions, coalesce(m.ef_search, 40)::text,
-            replace(nearest, '<limit>', '10'), replace(nearest, '<limit>', '100'), dims);
+            replace(nearest, '<limit>', '10'), replace(nearest, '<limit>', '100'), dims,
+            format('%I.%I', m.table_schema, m.table_name), exact);
     END LOOP;
     IF branches = '' THEN  -- PL/pgSQL's CASE needs a WHEN
         branches := E'\n    WHEN NULL THEN NULL;';
@@ -462,6 +512,7 @@ BEGIN
 DECLARE
     ef text;
     scan text;
+    seq text;
     done text;
 BEGIN
     IF (filter IS NOT NULL AND jsonb_typeof(filter) <> 'null') OR k IS NULL OR k < 1
@@ -492,6 +543,8 @@ BEGIN
     RETURN NULL;
 END
 $fn$;
+-- Not callable by PUBLIC: attached to another table it would rebuild pgembed.search at every write.
+REVOKE EXECUTE ON FUNCTION pgembed._recompile_search_v1() FROM PUBLIC;
 
 -- Every change to what the generated queries read (a model added, removed, renamed, switched to
 -- a new version, or tuned), deferred to the commit: the rebuild sees the transaction's last state.
