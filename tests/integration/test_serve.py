@@ -136,6 +136,7 @@ def test_models_healthz_and_one_log_line_per_request(server: SearchServer) -> No
                     "name": "minilm",
                     "table": "public.reviews",
                     "column": "text",
+                    "columns": ["text"],
                     "key": "id",
                     "dimensions": 384,
                     "pooling": "mean",

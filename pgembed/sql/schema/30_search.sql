@@ -227,10 +227,10 @@ $fn$;
 
 -- Whether a search of this table without a filter is faster as an exact scan than by its HNSW
 -- index: when it has fewer than 200 rows (pg_class.reltuples, kept by VACUUM, ANALYZE and CREATE
--- INDEX; never counted: unknown). Not left to the planner: its cost of an exact scan leaves out
--- reading each row's vector back from TOAST, where rows with a long text keep it, and it chose
--- a scan several times slower than the index on tables of thousands of such rows (BENCHMARKS.md,
--- "The index or an exact scan").
+-- INDEX; a table never counted, -1, is taken as big). Not left to the planner: its cost of an
+-- exact scan leaves out reading each row's vector back from TOAST, where rows with a long text
+-- keep it, and it chose a scan several times slower than the index on tables of thousands of
+-- such rows (BENCHMARKS.md, "The index or an exact scan").
 CREATE FUNCTION pgembed._exact_v1(rel regclass) RETURNS boolean
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT coalesce(c.reltuples >= 0 AND c.reltuples < 200, false)
@@ -262,8 +262,9 @@ BEGIN
                           pgembed._column_type_v1(m, m.key_column));
     END IF;
     PERFORM pgembed._use_settings_v1(settings);
-    -- Without a filter, the path pgembed.search takes: an exact scan of a tiny table, else the
-    -- index. With one, the planner weighs the index against the rows the filter leaves.
+    -- Without a filter, the path pgembed.search takes: an exact scan of a tiny table (index scans
+    -- off), else the index (sequential scans off). With one, the planner weighs the index against
+    -- the rows the filter leaves.
     IF f.clause = '' THEN
         knob := CASE WHEN pgembed._exact_v1(format('%I.%I', m.table_schema, m.table_name)::regclass)
                      THEN 'enable_indexscan' ELSE 'enable_seqscan' END;

@@ -16,6 +16,7 @@ AS $function$
 DECLARE
     ef text;
     scan text;
+    seq text;
     done text;
 BEGIN
     IF (filter IS NOT NULL AND jsonb_typeof(filter) <> 'null') OR k IS NULL OR k < 1

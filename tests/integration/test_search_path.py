@@ -1,0 +1,151 @@
+"""pgembed.search takes the faster path: the HNSW index on a table of long-text rows where the
+planner, left alone, scans every row; an exact scan on a tiny table, with exact answers."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+
+import numpy as np
+import psycopg
+import pytest
+from pgvector import Vector
+from psycopg import sql
+
+from helpers import database, database_name, plans
+from pgembed import db
+from pgembed.lifecycle import models
+
+LONG_ROWS, TINY_ROWS = 2000, 150
+HNSW = "Index Scan using pgembed_{}_hnsw"
+
+
+def texts(n: int) -> list[str]:
+    """600-character texts pglz cannot shrink (hex digests), so each row's vector goes to TOAST."""
+    return [
+        "".join(hashlib.sha256(f"{i}.{j}".encode()).hexdigest() for j in range(10))[:600]
+        for i in range(n)
+    ]
+
+
+def unit_vectors(n: int, seed: int) -> np.ndarray:
+    vectors = np.random.default_rng(seed).normal(size=(n, 384)).astype(np.float32)
+    unit: np.ndarray = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    return unit
+
+
+def make_table(conn: psycopg.Connection, name: str, rows: int) -> None:
+    """Table `name` (id, body) of long texts, model `name`, random unit vectors written directly."""
+    conn.execute(
+        sql.SQL("CREATE TABLE {} (id integer PRIMARY KEY, body text)").format(sql.Identifier(name))
+    )
+    models.add(conn, models.AddRequest(name, name, "body", precision="fp32"))
+    copy = sql.SQL("COPY {} (id, body, {}) FROM STDIN (FORMAT BINARY)").format(
+        sql.Identifier(name), sql.Identifier(f"embedding_{name}")
+    )
+    with conn.cursor() as cur, cur.copy(copy) as out:
+        out.set_types(["integer", "text", "vector"])
+        for i, (text, vector) in enumerate(zip(texts(rows), unit_vectors(rows, rows), strict=True)):
+            out.write_row((i, text, Vector(vector)))
+    conn.execute("DELETE FROM pgembed.inbox")  # the vectors are already there
+    conn.execute("DELETE FROM pgembed.queue")
+    conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="module")
+def tables_url(server_url: str, template_url: str) -> Iterator[str]:
+    """`long` (2,000 rows) and `tiny` (150 rows), both of 600-character texts."""
+    with database(server_url, "pgembed_test_paths", template=database_name(template_url)) as url:
+        with db.connection(url) as conn:
+            make_table(conn, "long", LONG_ROWS)
+            make_table(conn, "tiny", TINY_ROWS)
+        yield url
+
+
+@pytest.fixture
+def paths(tables_url: str) -> Iterator[psycopg.Connection]:
+    with db.connection(tables_url) as conn:
+        conn.autocommit = True
+        yield conn
+
+
+def searches(found: list[str], name: str) -> list[str]:
+    """The plans of pgembed's own nearest-row statements (written with OPERATOR(...))."""
+    return [p for p in found if f"embedding_{name} OPERATOR(" in p]
+
+
+def query(seed: int = 1) -> Vector:
+    return Vector(unit_vectors(1, 1000 + seed)[0])
+
+
+def exact(conn: psycopg.Connection, name: str, q: Vector, k: int) -> list[str]:
+    with conn.transaction():
+        conn.execute("SET LOCAL enable_indexscan = off")
+        statement = sql.SQL("SELECT id::text FROM {} ORDER BY {} <=> %s LIMIT %s").format(
+            sql.Identifier(name), sql.Identifier(f"embedding_{name}")
+        )
+        return [key for (key,) in conn.execute(statement, (q, k))]
+
+
+def test_the_premise_vectors_in_toast_and_the_planner_scans(paths: psycopg.Connection) -> None:
+    heap = paths.execute("SELECT pg_relation_size('long')").fetchone()
+    assert heap is not None and heap[0] < LONG_ROWS * 1544  # a vector alone takes 1,544 bytes
+    plan = paths.execute(
+        "EXPLAIN SELECT id FROM long ORDER BY embedding_long <=> %s LIMIT 10", (query(),)
+    ).fetchall()
+    assert "Seq Scan on long" in "\n".join(line for (line,) in plan)
+
+
+def test_search_uses_the_index_on_long_rows(paths: psycopg.Connection) -> None:
+    with plans(paths) as found:
+        for k in (10, 100, 101):  # LIMIT 10, LIMIT 100, and the dynamic path
+            keys = paths.execute("SELECT key FROM pgembed.search('long', %s, %s)", (query(), k))
+            assert len(keys.fetchall()) == k
+        similar = paths.execute("SELECT key FROM pgembed.similar('long', '5', 10)").fetchall()
+    assert len(similar) == 10 and ("5",) not in similar
+    scans = searches(found, "long")
+    assert len(scans) == 4
+    assert all(HNSW.format("long") in p and "Seq Scan" not in p for p in scans)
+
+
+def test_search_of_a_tiny_table_is_exact(paths: psycopg.Connection) -> None:
+    for seed in range(5):
+        q = query(seed)
+        for k in (10, 101):  # the compiled path and the dynamic one
+            with plans(paths) as found:
+                keys = paths.execute("SELECT key FROM pgembed.search('tiny', %s, %s)", (q, k))
+                hits = [key for (key,) in keys]
+            assert hits == exact(paths, "tiny", q, k)
+            scans = searches(found, "tiny")
+            assert len(scans) == 1 and "Seq Scan on tiny" in scans[0]
+            assert "Index Scan" not in scans[0]
+
+
+def test_settings_are_the_callers_again(paths: psycopg.Connection) -> None:
+    def settings() -> tuple[str, str]:
+        row = paths.execute(
+            "SELECT current_setting('enable_seqscan'), current_setting('enable_indexscan')"
+        ).fetchone()
+        assert row is not None
+        return row
+
+    for name in ("long", "tiny"):
+        for k in (10, 101):
+            paths.execute("SELECT * FROM pgembed.search(%s, %s, %s)", (name, query(), k))
+            assert settings() == ("on", "on")
+    with paths.transaction():
+        paths.execute("SET LOCAL enable_seqscan = off")
+        paths.execute("SELECT * FROM pgembed.search('long', %s, 101)", (query(),))
+        paths.execute("SELECT * FROM pgembed.search('tiny', %s, 101)", (query(),))
+        assert settings() == ("off", "on")
+
+
+def test_a_filter_still_leaves_the_choice_to_the_planner(paths: psycopg.Connection) -> None:
+    # 20 of 2,000 rows match: sorting them beats walking the index past 1,980 others.
+    selective = '{"id": {"$lt": 20}}'
+    with plans(paths) as found:
+        keys = paths.execute(
+            "SELECT key FROM pgembed.search('long', %s, 10, %s)", (query(), selective)
+        ).fetchall()
+    assert all(int(key) < 20 for (key,) in keys) and len(keys) == 10
+    assert not any(HNSW.format("long") in p for p in found)
