@@ -1,7 +1,8 @@
 """`make bench`: every benchmark in one run, figures as medians and ratios, into BENCHMARKS.md.
 
 python -m bench [--rows 2000] [--repeats 3] [--corpus FILE] [--database-url URL]
-                [--only throughput,capture,latency,search,serve,bigrow] [--no-write]
+                [--only throughput,capture,latency,search,serve,bigrow,indexpath,engines]
+                [--no-write] [--scifact ../shared/data/scifact]  (SciFact nDCG@10 of each engine)
 """
 
 from __future__ import annotations
@@ -16,10 +17,20 @@ from pathlib import Path
 
 import torch
 
-from bench import bigrow, capture, latency, report, search, serve, throughput
+from bench import (
+    bigrow,
+    capture,
+    engines,
+    indexpath,
+    latency,
+    report,
+    search,
+    serve,
+    throughput,
+)
 from bench.env import Database, file_corpus, generated_corpus, server
 
-SECTIONS = ("throughput", "capture", "latency", "search", "serve", "bigrow")
+SECTIONS = ("throughput", "capture", "latency", "search", "serve", "bigrow", "indexpath", "engines")
 
 
 def machine() -> str:
@@ -54,11 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database-url", help="default: a temporary embedded server")
     parser.add_argument("--only", default=",".join(SECTIONS))
     parser.add_argument("--no-write", action="store_true", help="don't update BENCHMARKS.md")
+    parser.add_argument("--scifact", type=Path, help="BEIR SciFact directory: engines' nDCG@10")
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
     texts = file_corpus(args.corpus, args.rows) if args.corpus else generated_corpus(args.rows)
     queries = generated_corpus(100, seed=99)
     results: dict[str, object] = {}
+    index_path: tuple[list[indexpath.Table], str] | None = None  # l: a section of its own
     started = time.monotonic()
     with server(args.database_url) as url:
         database = Database(url)
@@ -92,9 +105,15 @@ def main(argv: list[str] | None = None) -> int:
                 serve_queries = generated_corpus(serve.COLD_RUNS + args.serve_requests, seed=77)
                 results["serve"] = serve.measure(database, texts, serve_queries, args.serve_rows)
                 print(report.serve(results["serve"]), flush=True)  # type: ignore[arg-type]
+            if "engines" in only:
+                results["engines"] = engines.measure(texts, args.repeats, args.scifact)
+                print(report.engines(results["engines"]), flush=True)  # type: ignore[arg-type]
             if "bigrow" in only:
                 results["bigrow"] = bigrow.measure(database)
                 print(report.bigrow(results["bigrow"]), flush=True)  # type: ignore[arg-type]
+            if "indexpath" in only:
+                index_path = indexpath.measure(database)
+                print(indexpath.report(index_path[0]), flush=True)
         finally:
             database.drop()
     command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
@@ -102,8 +121,16 @@ def main(argv: list[str] | None = None) -> int:
     text = report.document(results, machine(), command.strip(), args, seconds)
     serve_text = report.serve_document(results, machine(), command.strip(), seconds)
     bigrow_text = report.bigrow_document(results, machine(), command.strip(), seconds)
-    main_ran = bool(only - {"serve", "bigrow"})  # `--only serve` leaves the other rows as they are
-    print("\n\n".join(t for t in (text if main_ran else None, serve_text, bigrow_text) if t))
+    engines_text = report.engines_document(results, machine(), command.strip(), seconds)
+    # `--only serve` leaves the rest as it is
+    main_ran = bool(only - {"serve", "bigrow", "indexpath", "engines"})
+    sections = (text if main_ran else None, serve_text, bigrow_text, engines_text)
+    print("\n\n".join(t for t in sections if t))
+    if index_path:
+        index_text = indexpath.document(
+            *index_path, machine(), command.strip(), results.get("postgres"), seconds
+        )
+        print("\n" + index_text)
     if not args.no_write:
         if main_ran:
             report.write(Path("BENCHMARKS.md"), text)
@@ -111,6 +138,12 @@ def main(argv: list[str] | None = None) -> int:
             report.write(Path("BENCHMARKS.md"), serve_text, report.SERVE_START, report.SERVE_END)
         if bigrow_text:
             report.write(Path("BENCHMARKS.md"), bigrow_text, report.BIGROW_START, report.BIGROW_END)
+        if engines_text:
+            report.write(
+                Path("BENCHMARKS.md"), engines_text, report.ENGINES_START, report.ENGINES_END
+            )
+        if index_path:
+            report.write(Path("BENCHMARKS.md"), index_text, indexpath.START, indexpath.END)
     return 0
 
 

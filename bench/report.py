@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bench.bigrow import BigRow
 from bench.capture import Capture
+from bench.engines import Row as EngineRow
 from bench.latency import Latency
 from bench.search import Search
 from bench.serve import COLD_RUNS, Serve
@@ -18,6 +19,7 @@ START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 # i and j have a generated section of their own, so `--only serve` updates them alone.
 SERVE_START, SERVE_END = "<!-- bench:serve:start -->", "<!-- bench:serve:end -->"
 BIGROW_START, BIGROW_END = "<!-- bench:bigrow:start -->", "<!-- bench:bigrow:end -->"
+ENGINES_START, ENGINES_END = "<!-- bench:engines:start -->", "<!-- bench:engines:end -->"
 
 
 def _verdict(ok: bool) -> str:
@@ -48,8 +50,21 @@ def throughput(t: Throughput) -> str:
             f"d = b/ceiling = {d:.2f} | >= 0.5: {_verdict(d >= 0.5)} |",
             f"| best possible b/a: ceiling / a | | {t.ceiling_rows_per_s / t.naive_rows_per_s:.2f} "
             "| (context) |",
+            *_gpu_rows(t),
         ]
     )
+
+
+def _gpu_rows(t: Throughput) -> list[str]:
+    """b and c with --device cuda, when the run had a GPU."""
+    if t.gpu_sync_rows_per_s is None or t.gpu_encode_rows_per_s is None:
+        return []
+    return [
+        f"| b (GPU). `pgembed sync --once --device cuda` | {t.gpu_sync_rows_per_s:.1f} | "
+        f"b/a = {t.gpu_sync_rows_per_s / t.naive_rows_per_s:.2f} | (context) |",
+        f"| c (GPU). bare encode on the GPU | {t.gpu_encode_rows_per_s:.1f} | "
+        f"b/c = {t.gpu_sync_rows_per_s / t.gpu_encode_rows_per_s:.2f} | (context) |",
+    ]
 
 
 def capture(results: list[Capture]) -> str:
@@ -144,6 +159,47 @@ def bigrow(b: BigRow) -> str:
         f"{_verdict(b.huge.peak_rss_mb - b.normal.peak_rss_mb < 100)}) |"
     )
     return "\n".join(lines)
+
+
+def engines(rows: list[EngineRow]) -> str:
+    lines = [
+        "| m. precision / engine | ran as | rows/s (median) | x torch fp32 | top-10 overlap "
+        "with fp32 | mean cosine | gate (overlap >= 0.95) | SciFact nDCG@10 (fp32 0.64508) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for r in rows:
+        ndcg = "-" if r.ndcg is None else f"{r.ndcg:.5f} ({r.ndcg - 0.64508:+.5f})"
+        gate = "passes" if r.overlap >= 0.95 else "**fails**"
+        lines.append(
+            f"| {r.precision} | {r.engine} | {r.rows_per_s:.1f} | {r.speedup:.2f} | "
+            f"{r.overlap:.4f} | {r.cosine:.5f} | {gate} | {ndcg} |"
+        )
+    return "\n".join(lines)
+
+
+def engines_document(
+    results: dict[str, object], machine: str, command: str, seconds: float
+) -> str | None:
+    """The generated section of m, or None when it did not run."""
+    rows = results.get("engines")
+    if not isinstance(rows, list):
+        return None
+    return "\n".join(
+        [
+            ENGINES_START,
+            "## Precisions and engines (`python -m bench --only engines`)",
+            "",
+            f"Run {datetime.date.today().isoformat()} in {seconds / 60:.1f} min: `{command}`. "
+            f"Machine: {machine}. pgembed's own encoder at each precision on the benchmark's "
+            "texts (bare encode, batches of 32 sorted by length); overlap and cosine against "
+            "torch fp32 on the same texts, as the quality gate measures them; SciFact: exact "
+            "search over the 5,183 abstracts, 300 test queries.",
+            "",
+            engines(rows),
+            "",
+            ENGINES_END,
+        ]
+    )
 
 
 def bigrow_document(

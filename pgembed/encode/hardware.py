@@ -52,6 +52,10 @@ def cpu_features() -> set[str]:
 
 
 def cpu_has_native_bf16() -> bool:
+    """The CPU multiplies bf16 in hardware and torch may use it (ATEN_CPU_CAPABILITY=avx2, as
+    on a CPU without AVX-512, leaves bf16 emulated whatever the flags say)."""
+    if cpu_capability() in ("AVX2", "NO AVX"):
+        return False
     return any(flag in cpu_features() for flag in _BF16_FLAGS)
 
 

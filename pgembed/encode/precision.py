@@ -1,8 +1,15 @@
 """Per-model precision: what `auto` means on this machine, and whether a precision is good enough.
 
-A precision other than fp32 is accepted for a model only if its vectors agree with fp32 ones:
-mean cosine >= MIN_COSINE on a sample of the table's own texts. Otherwise the model uses fp32
-and the note says why. `choose` is the one entry point, for `model add` and `model alter` alike.
+A precision (torch bf16/int8, or an engine of engines.py) other than fp32 is accepted for a model
+only if retrieval with its vectors agrees with fp32's: on a sample of the table's own texts, each
+text's 10 nearest neighbours among the others, found with the candidate's vectors, are on average
+at least MIN_OVERLAP the same as those found with fp32 vectors. Otherwise the model uses fp32 and
+the note says why. `choose` is the one entry point, for `model add` and `model alter` alike.
+
+Why 0.95: it is what users see, a top 10 in which, on average, at most one neighbour in two
+queries is swapped, and only among near ties; bf16 scores 0.99 and onnxruntime fp32 1.0 on every
+corpus measured, every int8 recipe 0.75-0.93; the figures, with SciFact's nDCG@10 for each variant,
+are in BENCHMARKS.md ("Every precision and engine tried").
 """
 
 from __future__ import annotations
@@ -18,71 +25,118 @@ import psycopg
 from psycopg import sql
 
 from pgembed import defaults, samples
-from pgembed.encode import embedder, hardware
+from pgembed.encode import embedder, engines, hardware
 from pgembed.encode.convert import PRECISIONS
 from pgembed.encode.embedder import Settings, Vectors
 from pgembed.errors import ModelLoadError, UsageError
 
 log = logging.getLogger("pgembed.sync")
 
-REQUESTS = ("auto", "fp32", "bf16", "int8")
-MIN_COSINE = 0.999
-SAMPLE_SIZE = 64
+REQUESTS = ("auto", "fp32", "bf16", "int8", *engines.VARIANTS)
+KNOWN = (*PRECISIONS, *engines.VARIANTS)
+MIN_OVERLAP = 0.95
+NEIGHBOURS = 10
+SAMPLE_SIZE = 256
 _MIN_TABLE_SAMPLE = 8  # fewer texts than this in the table: fill up with built-in sentences
+_MIN_NEIGHBOURHOOD = 8 * NEIGHBOURS  # fewer distinct texts: the gate adds built-in ones
 # A sampled text's characters: enough for a 512-word-piece window (the encoder cuts to its own).
 _SAMPLE_CHARS = defaults.CHARS_PER_WORD_PIECE * 512
 
 
 @dataclass(frozen=True)
 class Choice:
-    precision: str  # what the model encodes in: fp32, bf16, fp16 or int8
+    precision: str  # what the model encodes in: fp32, bf16, fp16, int8 or an engine's
     requested: str
     cosine: float | None  # mean cosine to fp32 vectors on the sample; None: fp32, nothing to check
     note: str
+    overlap: float | None = None  # mean top-10 neighbour overlap with fp32 on the sample
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How a candidate's vectors compare with fp32 ones on the same texts."""
+
+    overlap: float  # mean share of each text's fp32 top-10 neighbours the candidate also finds
+    cosine: float  # mean cosine between the two vectors of each text
+    speed: float  # the candidate's texts per second over fp32's (both models loaded before)
+    texts: int
+
+    @property
+    def passes(self) -> bool:
+        return self.overlap >= MIN_OVERLAP
 
 
 def choose(settings: Settings, requested: str, texts: Sequence[str]) -> Choice:
     """The precision a model with these settings gets (its own `precision` field is ignored).
 
-    `settings.device` is where the check runs and what `auto` is resolved for.
+    `settings.device` is where the check runs and what `auto` is resolved for: the first of
+    `auto_candidates` that passes, the fastest first; an explicit request is that one or fp32.
     """
-    if requested != "auto" and requested not in PRECISIONS:
+    if requested != "auto" and requested not in KNOWN:
         raise UsageError(f"invalid precision {requested!r}: use {', '.join(REQUESTS)}")
     if requested == "auto":
-        candidate, reason = auto_candidate(settings.device)
+        candidates, why = auto_candidates(settings.device)
     else:
-        candidate, reason = requested, ""
-    if candidate == "fp32":
-        return Choice("fp32", requested, None, reason or "fp32: the reference precision")
-    try:
-        cosine, speed = agreement(settings, candidate, texts)
-    except ModelLoadError as exc:
-        return Choice("fp32", requested, None, f"{candidate} unavailable ({exc}): using fp32")
-    if cosine < MIN_COSINE:
-        return Choice(
-            "fp32",
-            requested,
-            cosine,
-            f"{candidate} rejected: its vectors agree with fp32 ones only to mean cosine "
-            f"{cosine:.5f} (< {MIN_COSINE}): using fp32",
-        )
-    note = f"{candidate} accepted: mean cosine {cosine:.5f} to fp32 vectors"
+        candidates, why = [requested], ""
+    tried: list[str] = []
+    rejected: Agreement | None = None
+    for candidate in candidates:
+        if candidate == "fp32":
+            note = "; ".join([*tried, why or "fp32: the reference precision"])
+            return Choice("fp32", requested, None, _auto(requested, note))
+        try:
+            found = agreement(settings, candidate, texts)
+        except ModelLoadError as exc:
+            tried.append(f"{candidate} unavailable ({exc})")
+            continue
+        if found.passes:
+            note = "; ".join([*tried, _accepted(settings, candidate, found)])
+            return Choice(candidate, requested, found.cosine, _auto(requested, note), found.overlap)
+        rejected = found
+        tried.append(_rejected(candidate, found))
+    note = "; ".join([*tried, "using fp32"])
+    cosine = rejected.cosine if rejected else None
+    return Choice("fp32", requested, cosine, note, rejected.overlap if rejected else None)
+
+
+def _auto(requested: str, note: str) -> str:
+    return f"auto: {note}" if requested == "auto" else note
+
+
+def _accepted(settings: Settings, candidate: str, found: Agreement) -> str:
+    note = (
+        f"{candidate} accepted: top-10 neighbours agree with fp32's to {found.overlap:.3f} "
+        f"(>= {MIN_OVERLAP}) on {found.texts} texts, mean cosine {found.cosine:.5f}, "
+        f"{found.speed:.2f}x fp32's speed in the check"
+    )
     if candidate == "bf16" and settings.device == "cpu" and not hardware.cpu_has_native_bf16():
         note += (
             f"; this CPU ({hardware.cpu_capability()}) has no native bf16, so encoding here is "
-            f"emulated and slower than fp32 (the check ran at {speed:.2f}x fp32's speed)"
+            "emulated and slower than fp32"
         )
-    return Choice(candidate, requested, cosine, note)
+    return note
 
 
-def auto_candidate(device: str) -> tuple[str, str]:
-    """What `auto` tries on this device, and why."""
+def _rejected(candidate: str, found: Agreement) -> str:
+    return (
+        f"{candidate} rejected: its vectors agree with fp32 ones only to top-10 overlap "
+        f"{found.overlap:.3f} (< {MIN_OVERLAP}), mean cosine {found.cosine:.5f}"
+    )
+
+
+def auto_candidates(device: str) -> tuple[list[str], str]:
+    """What `auto` tries on this device, fastest first (BENCHMARKS.md, "Every precision and
+    engine tried"), and why fp32 when it comes to that."""
     if device == "cuda":
         half = hardware.cuda_half()
-        return half, f"auto: {half}, the GPU's fastest 16-bit type"
-    if hardware.cpu_has_native_bf16():
-        return "bf16", "auto: bf16, which this CPU multiplies natively"
-    return "fp32", f"auto: fp32, as this CPU ({hardware.cpu_capability()}) has no native bf16"
+        return [half, "fp32"], f"fp32: the GPU's fastest 16-bit type, {half}, did not pass"
+    bf16 = hardware.cpu_has_native_bf16()
+    # onnx-fp32 is not here: as fast as torch fp32 through this pipeline (0.97x), not faster
+    order = ["onnx-int8", *(["bf16"] if bf16 else []), "fp32"]
+    why = f"fp32: no faster precision passed on this CPU ({hardware.cpu_capability()}" + (
+        ")" if bf16 else ", no native bf16)"
+    )
+    return order, why
 
 
 def on_device(stored: str, requested: str, device: str) -> str:
@@ -91,7 +145,7 @@ def on_device(stored: str, requested: str, device: str) -> str:
     On a CPU: the catalog's, except fp16 (chosen on a GPU), which CPUs only emulate and which
     was accepted as agreeing with fp32. On a GPU: the GPU's 16-bit type when the model asked for
     `auto` (the worker checks it once, see `verified`), an explicit bf16/fp16, else fp32; int8
-    is CPU-only.
+    and the onnx engines are CPU-only.
     """
     if device != "cuda":
         return "fp32" if stored == "fp16" else stored
@@ -102,8 +156,8 @@ def on_device(stored: str, requested: str, device: str) -> str:
 
 @cache
 def checked(settings: Settings) -> Settings:
-    """On a GPU, a 16-bit precision is used only if it passes the cosine check there, on the
-    built-in sample, once per process; otherwise fp32. Other settings come back unchanged."""
+    """On a GPU, a 16-bit precision is used only if it passes the check there, on the built-in
+    sample, once per process; otherwise fp32. Other settings come back unchanged."""
     if settings.device != "cuda" or settings.precision == "fp32":
         return settings
     choice = choose(settings, settings.precision, builtin_sample())
@@ -111,16 +165,58 @@ def checked(settings: Settings) -> Settings:
     return replace(settings, precision=choice.precision)
 
 
-def agreement(settings: Settings, candidate: str, texts: Sequence[str]) -> tuple[float, float]:
-    """Mean cosine between the candidate precision's vectors and fp32 ones for the same texts,
-    and the candidate's speed relative to fp32 on them (both models loaded before timing)."""
-    sample = list(texts) or builtin_sample()
-    fp32 = embedder.get(replace(settings, precision="fp32"))
+_agreements: dict[tuple[Settings, str, tuple[str, ...]], Agreement] = {}
+
+
+def agreement(settings: Settings, candidate: str, texts: Sequence[str]) -> Agreement:
+    """The candidate's vectors against fp32 ones for the same (distinct) texts: neighbour
+    overlap, cosine, speed. Measured once per process for the same settings and texts."""
+    sample = tuple(gate_sample(texts))
+    key = (replace(settings, precision="fp32"), candidate, sample)
+    known = _agreements.get(key)
+    if known is not None:
+        return known
+    fp32 = embedder.get(key[0])
     other = embedder.get(replace(settings, precision=candidate))
-    reference, fp32_seconds = _timed(fp32, sample)
-    vectors, seconds = _timed(other, sample)
-    cosine = float(np.mean(np.sum(_unit(reference) * _unit(vectors), axis=1)))
-    return cosine, fp32_seconds / max(seconds, 1e-9)
+    if other.engine != candidate:
+        raise ModelLoadError("it cannot run on this machine, see the log")
+    reference, fp32_seconds = _timed(fp32, list(sample))
+    vectors, seconds = _timed(other, list(sample))
+    found = Agreement(
+        overlap=neighbour_overlap(reference, vectors),
+        cosine=float(np.mean(np.sum(_unit(reference) * _unit(vectors), axis=1))),
+        speed=fp32_seconds / max(seconds, 1e-9),
+        texts=len(sample),
+    )
+    _agreements[key] = found
+    return found
+
+
+def gate_sample(texts: Sequence[str]) -> list[str]:
+    """The distinct texts the gate compares on (duplicates tie: their order is arbitrary), with
+    built-in sentences added when there are too few for a top 10 to be able to disagree."""
+    sample = list(dict.fromkeys(texts))
+    if len(sample) < _MIN_NEIGHBOURHOOD:
+        sample = list(dict.fromkeys([*sample, *builtin_sample()]))
+    return sample
+
+
+def neighbour_overlap(reference: Vectors, vectors: Vectors, k: int = NEIGHBOURS) -> float:
+    """Mean share of each row's k nearest other rows (cosine) under `reference` that `vectors`
+    also puts in its k nearest."""
+    k = min(k, len(reference) - 1)
+    if k < 1:
+        return 1.0
+    want, got = _nearest(reference, k), _nearest(vectors, k)
+    shared = [len(set(a) & set(b)) for a, b in zip(want.tolist(), got.tolist(), strict=True)]
+    return float(np.mean(shared)) / k
+
+
+def _nearest(vectors: Vectors, k: int) -> np.ndarray:
+    unit = _unit(vectors)
+    similarity = unit @ unit.T
+    np.fill_diagonal(similarity, -np.inf)  # a text is not its own neighbour
+    return np.argpartition(-similarity, k - 1, axis=1)[:, :k]
 
 
 def _timed(model: embedder.Embedder, texts: list[str]) -> tuple[Vectors, float]:

@@ -27,7 +27,7 @@ class AddRequest:
     query_prefix: str = ""
     document_prefix: str = ""
     fulltext: bool = False  # also create the GIN index hybrid search needs
-    precision: str = "auto"  # auto, fp32, bf16 or int8: see precision.choose
+    precision: str = "auto"  # auto, fp32, bf16, int8 or an engine: see precision.choose
 
 
 def add(
@@ -196,9 +196,10 @@ def with_precision(conn: psycopg.Connection, spec: ModelSpec, requested: str) ->
 def alter_precision(conn: psycopg.Connection, name: str, requested: str) -> ModelSpec:
     """Change a live model's precision in place, without a reindex.
 
-    Vectors already written stay: a precision is accepted only if it agrees with fp32 to a mean
-    cosine of 0.999, so old and new vectors share one space. Running workers see the change at
-    their next write-back (the catalog row differs), hand that batch back and reread the catalog.
+    Vectors already written stay: a precision is accepted only if retrieval with its vectors
+    agrees with fp32's (precision.MIN_OVERLAP), so old and new vectors answer searches alike.
+    Running workers see the change at their next write-back (the catalog row differs), hand
+    that batch back and reread the catalog.
     """
     spec = registry.get(conn, name)
     if spec.shadow_of is not None:

@@ -11,6 +11,7 @@ from psycopg.rows import dict_row
 from pgembed import defaults, sqlfiles
 from pgembed.catalog import ddl, naming, registry, tables
 from pgembed.catalog.registry import ModelSpec
+from pgembed.encode import engines
 from pgembed.lifecycle import reindex
 
 
@@ -51,6 +52,7 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
         "truncated": stats.get("truncated", 0),
         "rows_per_second": round(stats.get("rows_per_second") or 0.0, 2),
         "precision": spec.precision,
+        "engine": engines.describe(spec.precision),  # what computes the vectors; the note: why
         "precision_requested": spec.precision_requested,
         "precision_cosine": spec.precision_cosine,
         "precision_note": spec.precision_note,
