@@ -60,6 +60,7 @@ def register_vector(conn: psycopg.Connection) -> None:
 
 
 async def register_vector_async(conn: psycopg.AsyncConnection) -> None:
+    """The same for an asyncio connection."""
     cur = await conn.execute(sqlfiles.get("session", "vector_schema"))
     row = await cur.fetchone()
     if row is None:

@@ -119,11 +119,11 @@ def _refuse_tampered(done: dict[int, str], wanted: list[Migration]) -> None:
 def _vector_schema(conn: psycopg.Connection) -> str:
     """pgvector's schema, installing it first where the role's own search_path says (public,
     usually): migrations then run with search_path = pg_catalog, that schema, pg_temp."""
-    row = conn.execute(sqlfiles.get("migrate", "vector_schema")).fetchone()
+    row = conn.execute(sqlfiles.get("session", "vector_schema")).fetchone()
     if row is None:
         with conn.transaction():
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        row = conn.execute(sqlfiles.get("migrate", "vector_schema")).fetchone()
+        row = conn.execute(sqlfiles.get("session", "vector_schema")).fetchone()
     assert row is not None
     return str(row[0])
 

@@ -35,7 +35,7 @@ def grant(conn: psycopg.Connection) -> None:
                 for statement in sqlfiles.statements("roles", block):
                     conn.execute(statement)
         for spec in registry.all_models(conn):
-            if tables.problem(conn, spec.table_schema, spec.table_name, _columns(spec)) is None:
+            if tables.problem(conn, spec.table_schema, spec.table_name, spec.columns) is None:
                 grant_table(conn, spec)
 
 
@@ -47,7 +47,7 @@ def grant_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
 def revoke_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """The model goes: the daemon keeps only what the table's other models need (a column
     already gone took its privileges along)."""
-    if tables.problem(conn, spec.table_schema, spec.table_name, _columns(spec)) is None:
+    if tables.problem(conn, spec.table_schema, spec.table_name, spec.columns) is None:
         _column_privileges(conn, spec, "REVOKE {} ON {} FROM {}")
     for other in registry.all_models(conn):
         same_table = (other.table_schema, other.table_name) == (spec.table_schema, spec.table_name)
@@ -58,14 +58,10 @@ def revoke_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
 def _column_privileges(conn: psycopg.Connection, spec: ModelSpec, template: LiteralString) -> None:
     if not _exists(conn, DAEMON):
         return
-    readable = sql.SQL(", ").join(sql.Identifier(c) for c in _columns(spec))
+    readable = sql.SQL(", ").join(sql.Identifier(c) for c in spec.columns)
     vector = sql.Identifier(spec.embedding_column)
     privileges = sql.SQL("SELECT ({}), UPDATE ({})").format(readable, vector)
     conn.execute(sql.SQL(template).format(privileges, naming.table(spec), sql.Identifier(DAEMON)))
-
-
-def _columns(spec: ModelSpec) -> list[str]:
-    return [spec.key_column, *spec.text_columns, spec.embedding_column]
 
 
 def _exists(conn: psycopg.Connection, role: str) -> bool:

@@ -49,6 +49,11 @@ class ModelSpec:
             object.__setattr__(self, "text_columns", (self.text_column,))
 
     @property
+    def columns(self) -> list[str]:
+        """Every column of its table the model reads or writes: key, text(s), vector."""
+        return [self.key_column, *self.text_columns, self.embedding_column]
+
+    @property
     def qualified_table(self) -> str:
         return f"{self.table_schema}.{self.table_name}"
 

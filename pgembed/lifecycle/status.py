@@ -17,8 +17,7 @@ from pgembed.lifecycle import reindex
 
 def broken(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
     """Why the model's table can no longer be served (dropped table or column), else None."""
-    columns = [spec.key_column, *spec.text_columns, spec.embedding_column]
-    return tables.problem(conn, spec.table_schema, spec.table_name, columns)
+    return tables.problem(conn, spec.table_schema, spec.table_name, spec.columns)
 
 
 def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:

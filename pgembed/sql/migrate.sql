@@ -29,11 +29,6 @@ SELECT pg_catalog.pg_advisory_unlock(%(key)s);
 -- name: vector_available
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_available_extensions WHERE name = 'vector');
 
--- name: vector_schema
-SELECT n.nspname FROM pg_catalog.pg_extension e
-JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
-WHERE e.extname OPERATOR(pg_catalog.=) 'vector';
-
 -- name: pin
 -- A migration's own search_path: pg_catalog, then pgvector's schema (its type and operators).
 SELECT pg_catalog.set_config('search_path',
