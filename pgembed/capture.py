@@ -3,7 +3,8 @@
 The trigger functions themselves are SQL (sql/schema/20_capture.sql): an INSERT or TRUNCATE is one
 statement-level trigger, an UPDATE of the key or text (or a vector written by hand) a row trigger
 that also clears the stale vector, a DELETE removes the keys' queue entries. The worker's own
-vector writes enqueue nothing.
+vector writes enqueue nothing. A chunked model's triggers also clear the chunks of a row whose
+vector they clear, of deleted rows, and of a truncated table.
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
     args = sql.SQL(", ").join(
         sql.Literal(v) for v in (spec.name, spec.key_column, ",".join(spec.text_columns))
     )
+    # A chunked model's triggers also name its chunk table (quoted, as to_regclass reads it).
+    chunks = (
+        sql.SQL(", {}").format(sql.Literal(naming.chunk_table(spec).as_string(conn)))
+        if spec.chunked
+        else sql.SQL("")
+    )
     key, vector = sql.Identifier(spec.key_column), sql.Identifier(spec.embedding_column)
     texts = [sql.Identifier(c) for c in spec.text_columns]
     watched = sql.SQL(", ").join([key, *texts])
@@ -50,7 +57,7 @@ def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
             "OR (NOT pg_catalog.record_image_eq(ROW(OLD.{vector}), ROW(NEW.{vector})) "
             "AND pg_catalog.current_setting('pgembed.writing', true) IS DISTINCT FROM 'on' "
             "AND pg_catalog.current_setting('session_replication_role') <> 'replica')) "
-            "EXECUTE FUNCTION pgembed.capture_update_v1({args}, {column})"
+            "EXECUTE FUNCTION pgembed.capture_update_v1({args}, {column}{chunks})"
         ).format(
             upd=upd,
             watched=watched,
@@ -60,15 +67,16 @@ def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
             new=new,
             args=args,
             column=sql.Literal(spec.embedding_column),
+            chunks=chunks,
         ),
         sql.SQL(
             "CREATE TRIGGER {} AFTER DELETE ON {} REFERENCING OLD TABLE AS pgembed_old "
-            "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_delete_v1({})"
-        ).format(dele, table, args),
+            "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_delete_v1({}{})"
+        ).format(dele, table, args, chunks),
         sql.SQL(
             "CREATE TRIGGER {} AFTER TRUNCATE ON {} "
-            "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_truncate_v1({})"
-        ).format(trunc, table, args),
+            "FOR EACH STATEMENT EXECUTE FUNCTION pgembed.capture_truncate_v1({}{})"
+        ).format(trunc, table, args, chunks),
     ]
     statements += [
         sql.SQL("ALTER TABLE {} ENABLE ALWAYS TRIGGER {}").format(table, sql.Identifier(name))

@@ -88,3 +88,8 @@ CHARS_PER_WORD_PIECE = 32
 # beside its QUERY_CACHE_SIZE entries: 1,024 short queries of a 384-dimension model take ~1.6 MB,
 # while 1,024 texts of MAX_QUERY_CHARS could take 40 MB.
 QUERY_CACHE_BYTES = 4 * 1024 * 1024
+# Chunked models (`--long-texts chunk`): consecutive windows share this many word pieces, so a
+# sentence cut by one window's end is whole in the next; a row has at most MAX_WINDOWS windows
+# (64 of MiniLM's 254 word pieces: ~14,000, a long book chapter), the rest is marked truncated.
+CHUNK_OVERLAP = 32
+MAX_WINDOWS = 64

@@ -40,8 +40,28 @@ def grant(conn: psycopg.Connection) -> None:
 
 
 def grant_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    """The daemon role reads the key and text and writes the vector of a model's table."""
+    """The daemon role reads the key and text and writes the vector of a model's table; with a
+    chunk table, the daemon writes it, the reader reads it, and the capture functions' owner
+    (when another role made the model) may clean it up."""
     _column_privileges(conn, spec, "GRANT {} ON {} TO {}")
+    if not spec.chunked:
+        return
+    chunks = naming.chunk_table(spec)
+    grants = [(DAEMON, "SELECT, INSERT, DELETE"), (READER, "SELECT")]
+    for role, privileges in grants:
+        if _exists(conn, role):
+            conn.execute(
+                sql.SQL("GRANT {} ON {} TO {}").format(
+                    sql.SQL(privileges), chunks, sql.Identifier(role)
+                )
+            )
+    owner = conn.execute(sqlfiles.get("roles", "capture_owner")).fetchone()
+    if owner is not None and not owner[0]:
+        conn.execute(
+            sql.SQL("GRANT SELECT, DELETE, TRUNCATE ON {} TO {}").format(
+                chunks, sql.Identifier(owner[1])
+            )
+        )
 
 
 def revoke_table(conn: psycopg.Connection, spec: ModelSpec) -> None:

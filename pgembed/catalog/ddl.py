@@ -30,10 +30,43 @@ FULLTEXT_CONFIG = "english"
 
 
 def create(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    """Column, index and triggers; run inside the caller's transaction."""
+    """Column, index, chunk table and triggers; run inside the caller's transaction."""
     add_column(conn, spec)
     create_index(conn, spec)
+    create_chunks(conn, spec)
     capture.create_triggers(conn, spec)
+
+
+def create_chunks(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """A chunked model's table of windows past the first, beside the watched table, with its
+    HNSW index (made empty: it grows as the daemon writes). No foreign key: the capture triggers
+    clean it up, without a lock on the application's table per chunk written."""
+    if not spec.chunked:
+        return
+    key_type = naming.key_type(spec)
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE {table} (key {key_type} NOT NULL, chunk integer NOT NULL, "
+            "embedding {vector}({dimensions}) NOT NULL, PRIMARY KEY (key, chunk))"
+        ).format(
+            table=naming.chunk_table(spec),
+            key_type=key_type,
+            vector=db.vector_name(conn, "vector"),
+            dimensions=sql.Literal(spec.dimensions),
+        )
+    )
+    conn.execute(
+        sql.SQL(
+            "CREATE INDEX {name} ON {table} USING hnsw (embedding {opclass}) "
+            "WITH (m = {m}, ef_construction = {ef})"
+        ).format(
+            name=sql.Identifier(naming.chunk_index_name(spec)),
+            table=naming.chunk_table(spec),
+            opclass=db.vector_name(conn, "vector_cosine_ops"),
+            m=sql.Literal(spec.hnsw_m),
+            ef=sql.Literal(spec.hnsw_ef_construction),
+        )
+    )
 
 
 def add_column(conn: psycopg.Connection, spec: ModelSpec) -> None:
@@ -159,9 +192,10 @@ def lock_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
 
 def drop(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """Remove what still exists of the model's triggers, indexes and column (a dropped table took
-    them along), and its bookkeeping; the table's other data is untouched."""
+    them along), its chunk table and its bookkeeping; the table's other data is untouched."""
     if tables.is_table(conn, spec.table_schema, spec.table_name):
         drop_objects(conn, spec)
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(naming.chunk_table(spec)))
     forget(conn, spec)
 
 

@@ -75,6 +75,20 @@ def fulltext_index_name(spec: ModelSpec) -> str:
     return f"pgembed_{spec.name}_fts"
 
 
+def chunk_table_name(spec: ModelSpec) -> str:
+    """A chunked model's windows past the first, beside its table (at most 63 bytes). The SQL
+    side (pgembed._semantic_v1) spells it too."""
+    return f"pgembed_{spec.name}_chunks"
+
+
+def chunk_index_name(spec: ModelSpec) -> str:
+    return f"pgembed_{spec.name}_hnswc"
+
+
+def chunk_table(spec: ModelSpec) -> sql.Identifier:
+    return sql.Identifier(spec.table_schema, chunk_table_name(spec))
+
+
 def trigger_names(spec: ModelSpec) -> list[str]:
     return [f"pgembed_{spec.name}_{event}" for event in _TRIGGER_EVENTS]
 

@@ -12,6 +12,9 @@ from pgembed import sqlfiles
 from pgembed.errors import NotFoundError
 
 POOLINGS = ("mean", "cls", "max")  # the poolings a model may have (CLI choices, encoders)
+# What happens to a text longer than the model's window: only its first window is embedded, or
+# every window (the first in the model's column, the others in its chunk table).
+LONG_TEXTS = ("truncate", "chunk")
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class ModelSpec:
     precision_note: str = ""
     # The columns embedded together, joined by a newline; the first is text_column.
     text_columns: tuple[str, ...] = ()
+    long_texts: str = "truncate"  # or "chunk": see LONG_TEXTS
 
     def __post_init__(self) -> None:
         if not self.text_columns:  # a one-column model, made without naming its columns
@@ -52,6 +56,10 @@ class ModelSpec:
     def columns(self) -> list[str]:
         """Every column of its table the model reads or writes: key, text(s), vector."""
         return [self.key_column, *self.text_columns, self.embedding_column]
+
+    @property
+    def chunked(self) -> bool:
+        return self.long_texts == "chunk"
 
     @property
     def qualified_table(self) -> str:
@@ -121,6 +129,7 @@ def same_space(a: ModelSpec, b: ModelSpec) -> bool:
         "precision",
         "precision_requested",  # on a GPU, `auto` means its 16-bit type (precision.on_device)
         "version",
+        "long_texts",
     )
     return all(getattr(a, f) == getattr(b, f) for f in vector_fields)
 

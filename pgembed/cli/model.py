@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from pgembed import defaults
-from pgembed.catalog import registry
+from pgembed.catalog import naming, registry
 from pgembed.cli.app import App, pass_app
 from pgembed.cli.reindex import describe, fill_options, hnsw_options, run_options, run_reindex
 from pgembed.encode import precision
@@ -60,6 +60,14 @@ def model_group() -> None:
     show_default=True,
     help="Arithmetic of the encoder; kept only if its vectors agree with fp32 (cosine >= 0.999).",
 )
+@click.option(
+    "--long-texts",
+    type=click.Choice(registry.LONG_TEXTS),
+    default="truncate",
+    show_default=True,
+    help="A text longer than the model's window: embed its first window only (truncate), or "
+    "every window, a row ranked by its best (chunk; README: Long texts).",
+)
 @pass_app
 def model_add(
     app: App,
@@ -75,6 +83,7 @@ def model_add(
     document_prefix: str,
     fulltext: bool,
     precision_: str,
+    long_texts: str,
 ) -> None:
     """Register model NAME on a table's text column(s) and queue its existing rows."""
     request = models.AddRequest(
@@ -90,14 +99,16 @@ def model_add(
         document_prefix=document_prefix,
         fulltext=fulltext,
         precision=precision_,
+        long_texts=long_texts,
     )
     with app.connect() as conn:
         spec, queued = models.add(conn, request, on_wait=_say_waiting)
     click.echo(
         f"added model {spec.name}: {spec.model_ref} ({spec.pooling} pooling, {spec.dimensions} "
         f"dimensions) on {spec.qualified_table}.{'+'.join(spec.text_columns)} -> "
-        f"{spec.embedding_column}; "
-        f"{queued} rows queued (run `pgembed sync`)"
+        f"{spec.embedding_column}"
+        + (f" and {spec.table_schema}.{naming.chunk_table_name(spec)}" if spec.chunked else "")
+        + f"; {queued} rows queued (run `pgembed sync`)"
     )
     click.echo(f"precision {spec.precision}: {spec.precision_note}")
 
@@ -164,6 +175,11 @@ def model_fulltext(app: App, name: str) -> None:
     type=click.Choice(precision.REQUESTS),
     help="auto, fp32, bf16 or int8; checked against fp32. Alone it changes no vector: no reindex.",
 )
+@click.option(
+    "--long-texts",
+    type=click.Choice(registry.LONG_TEXTS),
+    help="Embed a long text's first window only (truncate) or every window (chunk).",
+)
 @hnsw_options
 @click.option(
     "--no-wait", is_flag=True, help="Only register the new version; `pgembed reindex` finishes it."
@@ -182,6 +198,7 @@ def model_alter(app: App, /, name: str, no_wait: bool, **kw: Any) -> None:
         hnsw_m=kw["m"],
         hnsw_ef_construction=kw["ef_construction"],
         precision=kw["precision_"],
+        long_texts=kw["long_texts"],
     )
     with app.connect() as conn:
         if change.precision_only():

@@ -156,6 +156,7 @@ def _rebuild_index(app: App, name: str, kw: dict[str, Any]) -> None:
 def describe(spec: ModelSpec) -> str:
     return (
         f"{spec.model_ref}, {spec.pooling} pooling, {spec.dimensions} dimensions, {spec.precision}"
+        + (", long texts in chunks" if spec.chunked else "")
     )
 
 

@@ -32,6 +32,25 @@ def status_cmd(app: App, as_json: bool, watch: bool, interval: float) -> None:
             time.sleep(interval)
 
 
+def _chunks_text(m: dict[str, Any]) -> str:
+    """A chunked model's windows: chunks and rows, and how many windows a row has on average;
+    for a model that truncates rows, how to embed all of their text."""
+    if m["long_texts"] != "chunk":
+        if not m["truncated"]:
+            return ""
+        return (
+            f"  {m['truncated']} rows were cut to their first window: "
+            f"`pgembed model alter {m['name']} --long-texts chunk` embeds all of their text\n"
+        )
+    if m["chunks"] is None:
+        return "  chunks: its chunk table is gone (run `pgembed reindex`)\n"
+    per_row = (m["chunks"] + m["rows_embedded"]) / max(m["rows_embedded"], 1)
+    return (
+        f"  chunked: {m['chunks']} chunks beside {m['rows_embedded']} rows "
+        f"({per_row:.2f} vectors per row)\n"
+    )
+
+
 def _status_text(conn: psycopg.Connection, report: list[dict[str, Any]]) -> str:
     if not report:
         return "no models: add one with `pgembed model add`"
@@ -46,7 +65,8 @@ def _status_text(conn: psycopg.Connection, report: list[dict[str, Any]]) -> str:
             f"  embedded {m['rows_embedded']}/{m['rows_total']}  queued {m['queued']}  "
             f"lag {m['lag_seconds']:.1f}s  failed {m['failed']}  truncated {m['truncated']}  "
             f"{m['rows_per_second']:.1f} rows/s  workers {len(m['workers'])}\n"
-            f"  precision {m['precision']}: {m['precision_note']}"
+            + _chunks_text(m)
+            + f"  precision {m['precision']}: {m['precision_note']}"
         )
         if m.get("reindex"):
             lines.append(reindex_line(m["name"], m["reindex"]))

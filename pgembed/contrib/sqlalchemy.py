@@ -8,6 +8,7 @@ is used, with the caller's `where` in the same statement.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ except ImportError as exc:  # an optional extra: say how to get it
         f"pgembed.contrib.sqlalchemy needs SQLAlchemy ({exc}): pip install 'pgembed[sqlalchemy]'"
     ) from None
 
+from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import NotFoundError, UsageError
 from pgembed.search import vectors
@@ -40,8 +42,7 @@ def nearest(
     """The k instances whose text is nearest to `text`, with their cosine similarity."""
     spec = model_spec(session, model)
     column = _column(entity, spec, spec.embedding_column)
-    distance = _vector(column, spec).cosine_distance(vectors.embed_query(spec, text))
-    return _run(session, entity, spec, column, distance, k, [where])
+    return _run(session, entity, spec, column, vectors.embed_query(spec, text), k, [where])
 
 
 def similar_to(
@@ -60,10 +61,9 @@ def similar_to(
     vector = (
         sa.select(target.c[column.key]).where(target.c[key_column.key] == key).scalar_subquery()
     )
-    distance = _vector(column, spec).cosine_distance(vector)
     # `vector IS NOT NULL` is a one-time filter: a missing row yields no rows, not NULL distances.
     conditions = [key_column != key, vector.is_not(None), where]
-    hits = _run(session, entity, spec, column, distance, k, conditions)
+    hits = _run(session, entity, spec, column, vector, k, conditions)
     if not hits:
         _require_vector(session, column, key_column, key, spec)
     return hits
@@ -88,7 +88,7 @@ def _run(
     entity: type[T],
     spec: ModelSpec,
     column: sa.Column[Any],
-    distance: sa.ColumnElement[float],
+    query: Any,
     k: int,
     conditions: list[sa.ColumnElement[bool] | None],
 ) -> list[tuple[T, float]]:
@@ -97,15 +97,65 @@ def _run(
     # The model's ef_search and iterative index scans (so a `where` still yields k rows), SET
     # LOCAL for the session's transaction unless the caller set them.
     session.execute(sa.text("SELECT pgembed._apply_settings_v1(:model)"), {"model": spec.name})
-    statement = (
-        sa.select(entity, (1 - distance).label("similarity"))
-        .where(column.is_not(None), *(c for c in conditions if c is not None))
-        .order_by(distance)
-        .limit(k)
-    )
+    where = [column.is_not(None), *(c for c in conditions if c is not None)]
+    distance = _vector(column, spec).cosine_distance(query)
+    if spec.chunked:
+        statement = _best_windows(entity, spec, column, query, k, where)
+    else:
+        statement = (
+            sa.select(entity, (1 - distance).label("similarity"))
+            .where(*where)
+            .order_by(distance)
+            .limit(k)
+        )
     hits = [(row[0], float(row[1])) for row in session.execute(statement)]
     # Relaxed iterative scans may return near-ties slightly out of order.
     return sorted(hits, key=lambda hit: -hit[1])
+
+
+def _best_windows(
+    entity: type[T],
+    spec: ModelSpec,
+    column: sa.Column[Any],
+    query: Any,
+    k: int,
+    where: list[sa.ColumnElement[bool]],
+) -> sa.Select[Any]:
+    """A chunked model: rows ranked by their best window, as pgembed.search ranks them. The k
+    nearest rows by their own vector and the 4k nearest chunks (of rows the `where` keeps), each
+    one `ORDER BY <=> LIMIT` that can take its HNSW index, merged by row."""
+    chunks = sa.table(
+        naming.chunk_table_name(spec),
+        sa.column("key"),
+        sa.column("embedding"),
+        schema=spec.table_schema,
+    )
+    key = _column(entity, spec, spec.key_column)
+    own = _vector(column, spec).cosine_distance(query)
+    piece = _vector(chunks.c.embedding, spec).cosine_distance(query)
+    rows = sa.select(key.label("key"), own.label("distance")).where(*where)
+    windows = (
+        sa.select(key.label("key"), piece.label("distance"))
+        .select_from(chunks.join(column.table, key == chunks.c.key))
+        .where(*where)
+    )
+    found = sa.union_all(
+        sa.select(rows.order_by(own).limit(k).subquery()),
+        sa.select(windows.order_by(piece).limit(4 * k).subquery()),
+    ).subquery()
+    distance = sa.func.min(found.c.distance)
+    best = (
+        sa.select(found.c.key, distance.label("distance"))
+        .group_by(found.c.key)
+        .order_by(distance)
+        .limit(k)
+        .subquery()
+    )
+    return (
+        sa.select(entity, (1 - best.c.distance).label("similarity"))
+        .join(best, key == best.c.key)
+        .order_by(best.c.distance)
+    )
 
 
 def _column(entity: type[Any], spec: ModelSpec, name: str) -> sa.Column[Any]:
@@ -130,7 +180,7 @@ def _column(entity: type[Any], spec: ModelSpec, name: str) -> sa.Column[Any]:
     )
 
 
-def _vector(column: sa.Column[Any], spec: ModelSpec) -> Any:
+def _vector(column: sa.ColumnElement[Any], spec: ModelSpec) -> Any:
     """The column with pgvector's comparator (`cosine_distance`), whatever type it was mapped as."""
     return sa.type_coerce(column, VECTOR(spec.dimensions))
 
@@ -150,13 +200,14 @@ def _require_vector(
 def include_object(
     obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
 ) -> bool:
-    """Alembic: leave pgembed's tables, `embedding_*` columns and `pgembed_*` indexes alone.
+    """Alembic: leave pgembed's tables (its schema's, and chunk tables), `embedding_*` columns and
+    `pgembed_*` indexes alone.
 
     `context.configure(..., include_object=pgembed.orm.include_object)` in env.py. Alembic does
     not compare triggers, so pgembed's capture triggers need nothing.
     """
     if type_ == "table":
-        return getattr(obj, "schema", None) != SCHEMA
+        return getattr(obj, "schema", None) != SCHEMA and not _chunk_table(name)
     return _keep(name, type_)
 
 
@@ -165,8 +216,13 @@ def include_name(name: str | None, type_: str, parent_names: Mapping[str, str | 
     if type_ == "schema":
         return name != SCHEMA
     if type_ == "table":
-        return parent_names.get("schema_name") != SCHEMA
+        return parent_names.get("schema_name") != SCHEMA and not _chunk_table(name)
     return _keep(name, type_)
+
+
+def _chunk_table(name: str | None) -> bool:
+    """A chunked model's table of windows, beside the watched table (pgembed_<model>_chunks)."""
+    return re.fullmatch(r"pgembed_[a-z0-9_]+_chunks", name or "") is not None
 
 
 def _keep(name: str | None, type_: str) -> bool:

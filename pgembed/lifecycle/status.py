@@ -24,6 +24,7 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
     """The model's numbers; `broken` says why its table cannot be read (its rows are then None)."""
     problem = broken(conn, spec)
     rows_total, rows_embedded = (None, None) if problem else _counts(conn, spec)
+    chunks = None if problem else _chunks(conn, spec)
     with conn.cursor(row_factory=dict_row) as cur:
         stats = (
             cur.execute(sqlfiles.get("lifecycle", "queue_stats"), {"model": spec.name}).fetchone()
@@ -44,6 +45,9 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
         "dimensions": spec.dimensions,
         "rows_total": rows_total,
         "rows_embedded": rows_embedded,
+        "long_texts": spec.long_texts,
+        # A chunked model's windows past the first (0 for a model that truncates).
+        "chunks": chunks,
         "queued": stats.get("queued", 0),
         "oldest_queued_seconds": round(oldest, 3) if oldest is not None else None,
         "lag_seconds": round(oldest, 3) if oldest is not None else 0.0,
@@ -76,6 +80,18 @@ def _counts(conn: psycopg.Connection, spec: ModelSpec) -> tuple[int, int]:
         )
     ).fetchone()
     return (counts[0], counts[1]) if counts else (0, 0)
+
+
+def _chunks(conn: psycopg.Connection, spec: ModelSpec) -> int | None:
+    """Rows of the model's chunk table (None when it is gone); an exact count, as rows are."""
+    if not spec.chunked:
+        return 0
+    if not tables.is_table(conn, spec.table_schema, naming.chunk_table_name(spec)):
+        return None
+    row = conn.execute(
+        sql.SQL("SELECT pg_catalog.count(*) FROM {}").format(naming.chunk_table(spec))
+    ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def all_status(conn: psycopg.Connection) -> list[dict[str, Any]]:

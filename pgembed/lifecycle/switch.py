@@ -63,6 +63,7 @@ def _swap_in(conn: psycopg.Connection, name: str) -> ModelSpec:
             sql.Identifier(naming.index_name(new)),
         )
     )
+    _swap_chunks(conn, old, shadow, new)
     capture.create_triggers(conn, new)
     moves = {"name": name, "shadow": shadow.name, "version": new.version}
     moves["channel"] = naming.CHANNEL
@@ -70,6 +71,26 @@ def _swap_in(conn: psycopg.Connection, name: str) -> ModelSpec:
         conn.execute(statement, moves)
     conn.execute(sqlfiles.get("lifecycle", "update_model"), new.as_dict())
     return new
+
+
+def _swap_chunks(
+    conn: psycopg.Connection, old: ModelSpec, shadow: ModelSpec, new: ModelSpec
+) -> None:
+    """The old version's chunks go; the shadow's chunk table and index take the model's names."""
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(naming.chunk_table(old)))
+    if not shadow.chunked:
+        return
+    conn.execute(
+        sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+            naming.chunk_table(shadow), sql.Identifier(naming.chunk_table_name(new))
+        )
+    )
+    conn.execute(
+        sql.SQL("ALTER INDEX {} RENAME TO {}").format(
+            sql.Identifier(shadow.table_schema, naming.chunk_index_name(shadow)),
+            sql.Identifier(naming.chunk_index_name(new)),
+        )
+    )
 
 
 def swap_index(conn: psycopg.Connection, spec: ModelSpec, temporary: str) -> ModelSpec:

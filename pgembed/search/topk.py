@@ -30,12 +30,34 @@ def _top_k(spec: ModelSpec, tie_break: bool) -> sql.Composed:
     )
 
 
+def _best_windows(spec: ModelSpec) -> sql.Composed:
+    """A chunked model's exact top k: each row ranked by its best window, every window read."""
+    return sql.SQL(
+        "SELECT u.key FROM ("
+        "SELECT t.{key}::text AS key, t.{col} <=> %(q)s AS distance FROM {table} t "
+        "WHERE t.{col} IS NOT NULL "
+        "UNION ALL SELECT t.{key}::text, c.embedding <=> %(q)s FROM {chunks} c "
+        "JOIN {table} t ON t.{key} = c.key WHERE t.{col} IS NOT NULL) u "
+        "GROUP BY u.key ORDER BY pg_catalog.min(u.distance), u.key LIMIT %(k)s"
+    ).format(
+        key=sql.Identifier(spec.key_column),
+        table=naming.table(spec),
+        col=sql.Identifier(spec.embedding_column),
+        chunks=naming.chunk_table(spec),
+    )
+
+
+# A chunked model's indexed top k is pgembed.search's: two index scans merged (_semantic_v1).
+_SEARCH = sql.SQL("SELECT s.key FROM pgembed.search(%(model)s, %(q)s, %(k)s) s")
+
+
 def exact(conn: psycopg.Connection, spec: ModelSpec, vectors: Vectors, k: int) -> list[list[str]]:
     """The true k nearest rows of each vector (ties broken by key): a sequential scan."""
     with conn.transaction():
         conn.execute("SET LOCAL enable_indexscan = off")
         conn.execute("SET LOCAL enable_bitmapscan = off")
-        return _run(conn, _top_k(spec, tie_break=True), vectors, k)
+        query = _best_windows(spec) if spec.chunked else _top_k(spec, tie_break=True)
+        return _run(conn, query, vectors, k, spec.name)
 
 
 def indexed(
@@ -44,6 +66,10 @@ def indexed(
     """What the HNSW index returns at `ef_search` (None: the server's setting)."""
     with conn.transaction():
         _prefer_index(conn, ef_search)
+        if spec.chunked:  # pgembed.search takes its ef_search from here, not hnsw.ef_search
+            ef = str(effective_ef_search(conn, ef_search))
+            conn.execute("SELECT pg_catalog.set_config('pgembed.ef_search', %s, true)", (ef,))
+            return _run(conn, _SEARCH, vectors, k, spec.name)
         return _run(conn, _top_k(spec, tie_break=False), vectors, k)
 
 
@@ -55,10 +81,17 @@ def _prefer_index(conn: psycopg.Connection, ef_search: int | None) -> None:
 
 
 def _run(
-    conn: psycopg.Connection, query: sql.Composed, vectors: Vectors, k: int
+    conn: psycopg.Connection,
+    query: sql.SQL | sql.Composed,
+    vectors: Vectors,
+    k: int,
+    model: str | None = None,
 ) -> list[list[str]]:
     with conn.cursor(binary=True) as cur:
-        return [[row[0] for row in cur.execute(query, {"q": Vector(v), "k": k})] for v in vectors]
+        return [
+            [row[0] for row in cur.execute(query, {"q": Vector(v), "k": k, "model": model})]
+            for v in vectors
+        ]
 
 
 def effective_ef_search(conn: psycopg.Connection, ef_search: int | None) -> int:

@@ -42,7 +42,8 @@ UPDATE pgembed.models SET
     query_prefix = %(query_prefix)s, document_prefix = %(document_prefix)s,
     hnsw_m = %(hnsw_m)s, hnsw_ef_construction = %(hnsw_ef_construction)s, version = %(version)s,
     precision = %(precision)s, precision_requested = %(precision_requested)s,
-    precision_cosine = %(precision_cosine)s, precision_note = %(precision_note)s
+    precision_cosine = %(precision_cosine)s, precision_note = %(precision_note)s,
+    long_texts = %(long_texts)s
 WHERE name = %(name)s;
 
 -- name: move_bookkeeping

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from pgembed import defaults
 from pgembed.catalog import registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
@@ -69,7 +70,8 @@ def fetch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) -> Cla
 
 def embed(claimed: Claimed, config: BatchConfig) -> Embedded:
     settings = models.runtime_settings(claimed.spec, config.device)
-    return embed_rows(embedder.get(settings), claimed.rows)
+    windows = defaults.MAX_WINDOWS if claimed.spec.chunked else 1
+    return embed_rows(embedder.get(settings), claimed.rows, windows)
 
 
 def write_back(
@@ -95,6 +97,8 @@ def write_back(
                 [row.text_md5 for row in result.rows],
                 result.matrix(),
             )
+            if spec.chunked:
+                store.write_chunks(conn, spec, written, result.chunks)
             store.complete(conn, spec.name, [c for c in claims if c.key not in failed_keys])
             truncated = written & set(result.truncated)
             store.account(

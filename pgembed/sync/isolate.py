@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pgembed import defaults
 from pgembed.encode import batches
 from pgembed.encode.embedder import Embedder, Vectors
 from pgembed.sync.store import SourceRow
@@ -18,20 +19,62 @@ class Embedded:
     vectors: list[Vectors] = field(default_factory=list)
     truncated: list[str] = field(default_factory=list)
     failed: list[tuple[SourceRow, str]] = field(default_factory=list)
+    # A chunked model's windows past the first: (key, window number from 1, vector) each.
+    chunks: list[tuple[str, int, Vectors]] = field(default_factory=list)
 
     def matrix(self) -> Vectors:
         return np.concatenate(self.vectors) if self.vectors else np.empty((0, 0), np.float32)
 
 
-def embed_rows(embedder: Embedder, rows: Sequence[SourceRow]) -> Embedded:
+def embed_rows(embedder: Embedder, rows: Sequence[SourceRow], max_windows: int = 1) -> Embedded:
     """Encode the rows in length-sorted batches; a batch that errs is bisected until the failing
-    rows are alone, so a bad row costs only its own batch a few extra encodes."""
+    rows are alone, so a bad row costs only its own batch a few extra encodes.
+
+    With `max_windows` > 1 (a chunked model), a row's text is also embedded in its windows
+    past the first, up to that many windows in all."""
     result = Embedded()
     counts = embedder.token_counts([row.text for row in rows])  # once: to sort and to flag
     limit = embedder.info.max_seq_length
     for batch in batches.plan([min(n, limit) for n in counts], embedder.batch_size):
         _embed_into(embedder, [rows[i] for i in batch], [counts[i] for i in batch], result)
+    if max_windows > 1:
+        _embed_windows(embedder, result, max_windows)
     return result
+
+
+def _embed_windows(embedder: Embedder, result: Embedded, max_windows: int) -> None:
+    """Embed the windows of the rows embedded so far; a row one of whose windows fails fails
+    whole (its first vector is not written without the rest). Truncated: what the last window
+    does not reach."""
+    found = embedder.chunk_windows(
+        [row.text for row in result.rows], defaults.CHUNK_OVERLAP, max_windows
+    )
+    pieces: list[SourceRow] = []
+    numbers: dict[int, int] = {}  # id of a piece -> its window number
+    for row, windows in zip(result.rows, found, strict=True):
+        for number, (start, end) in enumerate(windows.spans, start=1):
+            piece = SourceRow(row.key, row.text[start:end], row.text_md5)
+            numbers[id(piece)] = number
+            pieces.append(piece)
+    cut = {row.key for row, w in zip(result.rows, found, strict=True) if w.rest or row.cut}
+    result.truncated = sorted(cut)
+    embedded = embed_rows(embedder, pieces)
+    for piece, vector in zip(embedded.rows, embedded.matrix(), strict=True):
+        result.chunks.append((piece.key, numbers[id(piece)], vector))
+    failed = {piece.key: error for piece, error in embedded.failed}
+    if failed:
+        _fail_rows(result, failed)
+
+
+def _fail_rows(result: Embedded, failed: dict[str, str]) -> None:
+    """Move the rows of `failed` keys to result.failed, with their vectors and chunks."""
+    keep = [i for i, row in enumerate(result.rows) if row.key not in failed]
+    matrix = result.matrix()
+    result.failed.extend((row, failed[row.key]) for row in result.rows if row.key in failed)
+    result.rows = [result.rows[i] for i in keep]
+    result.vectors = [matrix[keep]] if keep else []
+    result.truncated = [key for key in result.truncated if key not in failed]
+    result.chunks = [chunk for chunk in result.chunks if chunk[0] not in failed]
 
 
 def _embed_into(

@@ -58,7 +58,8 @@ def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list
 
     Only the text's first characters the model can read travel (one more tells a longer text):
     a 100 MB row never reaches Python whole. The md5 is still the whole text's."""
-    chars = defaults.CHARS_PER_WORD_PIECE * spec.max_seq_length
+    windows = defaults.MAX_WINDOWS if spec.chunked else 1
+    chars = defaults.CHARS_PER_WORD_PIECE * spec.max_seq_length * windows
     query = sql.SQL(
         "SELECT t.{key}::text, pg_catalog.left({text}, %s::integer), pg_catalog.md5({text}) "
         "FROM {table} t WHERE t.{key} OPERATOR(pg_catalog.=) ANY(%s::{type}[]) "
@@ -111,6 +112,38 @@ def write(
     with conn.transaction(), conn.cursor(binary=True) as cur:
         cur.execute("SELECT pg_catalog.set_config('pgembed.writing', 'on', true)")
         return {row[0] for row in cur.execute(query, params)}
+
+
+def write_chunks(
+    conn: psycopg.Connection,
+    spec: ModelSpec,
+    written: set[str],
+    chunks: Sequence[tuple[str, int, np.ndarray]],
+) -> None:
+    """A chunked model's windows past the first, for the rows whose vector was just written (in
+    that transaction: the row lock the write took keeps a concurrent writer of the same row out
+    until this commits). Their old windows go first: a shorter text has fewer."""
+    if not written:
+        return
+    table, key_type = naming.chunk_table(spec), naming.key_type(spec)
+    conn.execute(
+        sql.SQL("DELETE FROM {} c WHERE c.key OPERATOR(pg_catalog.=) ANY(%s::{}[])").format(
+            table, key_type
+        ),
+        (sorted(written),),
+    )
+    kept = sorted((c for c in chunks if c[0] in written), key=lambda c: (c[0], c[1]))
+    if not kept:
+        return
+    query = sql.SQL(
+        "INSERT INTO {} (key, chunk, embedding) "
+        "SELECT v.key::{}, v.chunk, v.embedding "
+        "FROM ROWS FROM (pg_catalog.unnest(%s::text[]), pg_catalog.unnest(%s::integer[]), "
+        "pg_catalog.unnest(%b)) AS v(key, chunk, embedding)"
+    ).format(table, key_type)
+    params = ([c[0] for c in kept], [c[1] for c in kept], [Vector(c[2]) for c in kept])
+    with conn.cursor(binary=True) as cur:
+        cur.execute(query, params)
 
 
 def _pairs(model: str, claims: Sequence[Claim]) -> dict[str, object]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import psycopg
 
 import pgembed
+from pgembed import defaults
 from pgembed.lifecycle import models
 
 TEXTS = {
@@ -38,3 +39,23 @@ def test_each_bad_text_has_one_clear_outcome(conn: psycopg.Connection, db_url: s
     # The row of many scripts is found by its own words.
     with pgembed.Client(db_url) as client:
         assert client.search("minilm", "素晴らしい映画", k=1)[0].key == 2
+
+
+def test_each_bad_text_has_one_clear_outcome_in_chunks(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    """The same texts for a chunked model: the megabyte is embedded in MAX_WINDOWS windows and
+    marked truncated past them; the 50,000-character word is one word piece, so one window."""
+    conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO docs VALUES (%s, %s)", list(TEXTS.items()))
+    request = models.AddRequest("minilm", "docs", "body", precision="fp32", long_texts="chunk")
+    models.add(conn, request)
+    result = pgembed.sync_once(database_url=db_url)
+    assert (result.written, result.failed) == (4, 0)
+    windows = conn.execute("SELECT key, count(*) FROM pgembed_minilm_chunks GROUP BY key")
+    assert windows.fetchall() == [(1, defaults.MAX_WINDOWS - 1)]
+    truncated = conn.execute("SELECT key FROM pgembed.truncated ORDER BY key").fetchall()
+    assert truncated == [("1",)]
+    (status,) = pgembed.status(database_url=db_url)
+    assert (status["rows_embedded"], status["chunks"]) == (4, defaults.MAX_WINDOWS - 1)

@@ -12,8 +12,10 @@ from alembic.migration import MigrationContext
 from pgvector.sqlalchemy import Vector
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from pgembed import db
 from pgembed.contrib import sqlalchemy as orm
 from pgembed.errors import NotFoundError, UsageError
+from pgembed.lifecycle import models
 from pgembed.search import vectors
 
 
@@ -208,10 +210,16 @@ def autogenerate(url: str, metadata: sa.MetaData, **options: Any) -> list[Any]:
 
 
 def test_alembic_autogenerate_leaves_pgembed_alone(shop_url: str) -> None:
-    # Without the helper, autogenerate would drop pgembed's column and indexes.
+    with db.connection(shop_url) as conn:  # a chunked model has a table beside `reviews`
+        request = models.AddRequest(
+            "chunked", "reviews", "text", precision="fp32", long_texts="chunk"
+        )
+        models.add(conn, request)
+    # Without the helper, autogenerate would drop pgembed's column, indexes and chunk table.
     naive = str(autogenerate(shop_url, app_metadata(with_vector=False)))
     assert "remove_column" in naive and "embedding_minilm" in naive
     assert "pgembed_minilm_hnsw" in naive and "pgembed_minilm_fts" in naive
+    assert "remove_table" in naive and "pgembed_chunked_chunks" in naive
     helped = {"include_object": orm.include_object}
     assert autogenerate(shop_url, app_metadata(with_vector=False), **helped) == []
     assert autogenerate(shop_url, app_metadata(with_vector=True), **helped) == []

@@ -20,6 +20,9 @@ from pgembed import db, migrate, roles
 from pgembed.lifecycle import models
 from pgembed.sync import store
 
+# A review longer than MiniLM's window (~700 word pieces): a chunked model keeps its windows.
+LONG_REVIEW = (100, " ".join(f"Sentence {i} of a long review on its battery." for i in range(80)))
+
 
 def as_role(url: str, role: str) -> str:
     """`url` whose sessions run as `role` (SET ROLE at connection start)."""
@@ -192,7 +195,10 @@ def test_each_role_works_with_only_its_grants(
     owner_url = as_role(empty_db_url, owner)
     with db.connection(owner_url) as conn:
         migrate.migrate(conn, create_roles=True)
-        models.add(conn, models.AddRequest("minilm", "reviews", "body", precision="fp32"))
+        request = models.AddRequest(
+            "minilm", "reviews", "body", precision="fp32", long_texts="chunk"
+        )
+        models.add(conn, request)
         # As if the model came before the roles: the next migrate grants the daemon its columns.
         conn.execute(
             "REVOKE SELECT (id, body, embedding_minilm), UPDATE (embedding_minilm) ON reviews "
@@ -213,7 +219,7 @@ def test_each_role_works_with_only_its_grants(
     # The application writer: its own table only; pgembed's queues stay out of its reach.
     with db.connection(as_role(empty_db_url, writer)) as conn:
         with conn.cursor() as cur:
-            cur.executemany("INSERT INTO reviews VALUES (%s, %s, 3)", REVIEWS)
+            cur.executemany("INSERT INTO reviews VALUES (%s, %s, 3)", [*REVIEWS, LONG_REVIEW])
         conn.execute("UPDATE reviews SET body = body || '!' WHERE id = 1")
         conn.execute("UPDATE reviews SET id = 20 WHERE id = 2")
         conn.execute("DELETE FROM reviews WHERE id = 3")
@@ -233,8 +239,10 @@ def test_each_role_works_with_only_its_grants(
                 "EXECUTE FUNCTION pgembed.capture_truncate_v1('minilm')"
             )
 
-    # The daemon: embeds everything the writer did.
-    assert pgembed.sync_once(database_url=as_role(empty_db_url, daemon)).written == len(REVIEWS) - 1
+    # The daemon: embeds everything the writer did, the long review's windows too.
+    assert pgembed.sync_once(database_url=as_role(empty_db_url, daemon)).written == len(REVIEWS)
+    with db.connection(owner_url) as conn:
+        assert chunks(conn) > 0
     # The reader: searches and status; no writes to pgembed's tables.
     reader_url = as_role(empty_db_url, reader)
     with pgembed.Client(reader_url) as client:
@@ -246,6 +254,11 @@ def test_each_role_works_with_only_its_grants(
                 conn.execute(statement)
     # status: the daemon's role (the queues hold every table's keys).
     assert pgembed.status(database_url=as_role(empty_db_url, daemon))[0]["queued"] == 0
+    # The writer's DELETE takes the chunks along (the capture function runs as the owner).
+    with db.connection(as_role(empty_db_url, writer)) as conn:
+        conn.execute("DELETE FROM reviews WHERE id = %s", (LONG_REVIEW[0],))
+    with db.connection(owner_url) as conn:
+        assert chunks(conn) == 0
     # A model removed: the daemon keeps no privilege on its table.
     with db.connection(owner_url) as conn:
         models.remove(conn, "minilm")
@@ -253,7 +266,14 @@ def test_each_role_works_with_only_its_grants(
             "SELECT count(*) FROM pg_attribute WHERE attrelid = 'reviews'::regclass "
             "AND attacl::text LIKE '%%pgembed_daemon%%'"
         ).fetchone()
-    assert acl == (0,)
+        gone = conn.execute("SELECT to_regclass('pgembed_minilm_chunks')").fetchone()
+    assert acl == (0,) and gone == (None,)
+
+
+def chunks(conn: psycopg.Connection) -> int:
+    row = conn.execute("SELECT count(*) FROM pgembed_minilm_chunks").fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def test_migrate_refuses_a_schema_that_shadows_built_ins(

@@ -58,7 +58,12 @@ CREATE TABLE pgembed.models (
     precision_note       text NOT NULL DEFAULT '',
     -- The columns embedded together, joined by a newline (text_column is the first). Since 0008.
     text_columns         text[] NOT NULL CONSTRAINT models_text_columns_check
-        CHECK (cardinality(text_columns) >= 1 AND text_columns[1] = text_column)
+        CHECK (cardinality(text_columns) >= 1 AND text_columns[1] = text_column),
+    -- A text longer than the model's window: 'truncate' embeds its first window only; 'chunk'
+    -- also embeds the rest, in overlapping windows kept in the table's pgembed_<name>_chunks
+    -- (the first window stays in embedding_column). Since 0011.
+    long_texts           text NOT NULL DEFAULT 'truncate' CONSTRAINT models_long_texts_check
+        CHECK (long_texts IN ('truncate', 'chunk'))
 );
 
 -- Every version's settings, so `model alter` leaves a record of what each version embedded with.

@@ -43,6 +43,21 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     LIMIT 1
 $fn$;
 
+-- A chunked model's chunk table, named by the trigger's argument (NULL: the model does not chunk).
+-- A table gone (dropped by hand) only warns: the application's write goes on.
+CREATE FUNCTION pgembed._chunk_table_v1(model text, chunks text) RETURNS regclass
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    found regclass := to_regclass(chunks);
+BEGIN
+    IF chunks IS NOT NULL AND found IS NULL THEN
+        RAISE WARNING 'pgembed model %: its chunk table % is gone, so chunks were not cleaned '
+            'up: run `pgembed reindex %`', model, chunks, model;
+    END IF;
+    RETURN found;
+END
+$fn$;
+
 -- The capture functions run as their owner (the role that ran `pgembed migrate`), so a writing
 -- role needs no privilege on schema pgembed, and cannot read or change its queues otherwise.
 -- They are not executable by PUBLIC: only pgembed's own triggers, made by `model add`, call
@@ -84,7 +99,9 @@ $fn$;
 -- anyone but the sync worker, which says so in pgembed.writing, counts). A changed key forgets the old key's
 -- pending work; a new text, a vector written by hand, or a new key of a row still waiting for
 -- its vector queues the new key and clears the vector in the same row write, so a vector is
--- never served for a text it was not made from. Arguments: model, key, text, vector column.
+-- never served for a text it was not made from. A chunked model (a fifth argument: its chunk
+-- table) re-embeds a row under a new key too, and a cleared vector takes the old key's chunks
+-- along. Arguments: model, key, text, vector column[, chunk table].
 CREATE FUNCTION pgembed.capture_update_v1() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -101,6 +118,7 @@ DECLARE
     texts text[] := string_to_array(TG_ARGV[2], ',');
     missing text := pgembed._missing_column_v1(
         TG_RELID, TG_ARGV[0], TG_ARGV[1:1] || texts || TG_ARGV[3:3]);
+    chunks regclass := pgembed._chunk_table_v1(TG_ARGV[0], TG_ARGV[4]);
 BEGIN
     IF missing IS NOT NULL THEN
         RAISE WARNING '%', missing;
@@ -121,8 +139,13 @@ BEGIN
     END IF;
     -- The trigger fired: the key, the text or the vector changed. All but a new key of a row
     -- whose vector is still good need a new vector.
-    IF text_changed OR old_key IS NOT DISTINCT FROM new_key OR vector_missing THEN
+    IF text_changed OR old_key IS NOT DISTINCT FROM new_key OR vector_missing
+       OR chunks IS NOT NULL THEN
         NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[3], NULL));
+        IF chunks IS NOT NULL THEN
+            EXECUTE format('DELETE FROM %s c WHERE c.key = ($1).%I', chunks, TG_ARGV[1])
+                USING OLD;
+        END IF;
         IF has_text AND new_key IS NOT NULL THEN
             INSERT INTO pgembed.queue AS q (model, key) VALUES (model_name, new_key)
             ON CONFLICT (model, key) DO UPDATE
@@ -138,7 +161,8 @@ BEGIN
 END
 $fn$;
 
--- Deleted rows, per statement from the transition table pgembed_old: forget their pending work.
+-- Deleted rows, per statement from the transition table pgembed_old: forget their pending work
+-- (and a chunked model's chunks). Arguments: model, key, text[, chunk table].
 CREATE FUNCTION pgembed.capture_delete_v1() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -147,6 +171,7 @@ SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$
 DECLARE
     missing text := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], TG_ARGV[1:1]);
+    chunks regclass := pgembed._chunk_table_v1(TG_ARGV[0], TG_ARGV[3]);
 BEGIN
     IF missing IS NOT NULL THEN
         RAISE WARNING '%', missing;
@@ -164,14 +189,23 @@ BEGIN
         'DELETE FROM pgembed.truncated t USING pgembed_old o
          WHERE t.model = $1 AND t.key = o.%1$I::text',
         TG_ARGV[1]) USING TG_ARGV[0];
+    IF chunks IS NOT NULL THEN
+        EXECUTE format('DELETE FROM %s c USING pgembed_old o WHERE c.key = o.%I',
+                       chunks, TG_ARGV[1]);
+    END IF;
     RETURN NULL;
 END
 $fn$;
 
--- A truncated source table: forget all of the model's pending work.
+-- A truncated source table: forget all of the model's pending work, and truncate its chunks.
 CREATE FUNCTION pgembed.capture_truncate_v1() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    chunks regclass := pgembed._chunk_table_v1(TG_ARGV[0], TG_ARGV[3]);
 BEGIN
+    IF chunks IS NOT NULL THEN
+        EXECUTE format('TRUNCATE %s', chunks);
+    END IF;
     DELETE FROM pgembed.queue WHERE model = TG_ARGV[0];
     DELETE FROM pgembed.inbox WHERE model = TG_ARGV[0];
     DELETE FROM pgembed.truncated WHERE model = TG_ARGV[0];

@@ -237,6 +237,43 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     FROM pg_class c WHERE c.oid = rel
 $fn$;
 
+-- The SQL of a model's nearest rows: `key` (as text) and `distance` to the query $1, nearest
+-- first, at most `lim` rows (an SQL expression) that meet `conditions` (" AND ..." on t.<column>).
+-- A chunked model ranks a row by its best window: its own vector (the first window) or a chunk
+-- of pgembed_<name>_chunks. Each of the two is an `ORDER BY ... <=> $1 LIMIT` of its own, so
+-- each can take its HNSW index; the chunks' is read 4 times deeper, since a row's chunks can
+-- crowd each other. A chunk counts only while its row has a vector: a row whose text changed
+-- waits for its new chunks with its new vector.
+CREATE FUNCTION pgembed._semantic_v1(m pgembed.models, conditions text, lim text) RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT CASE WHEN m.long_texts = 'chunk' THEN format(
+        'SELECT u.key, min(u.distance) AS distance FROM (
+             (SELECT t.%1$I::text AS key, t.%2$I %6$s $1 AS distance
+              FROM %3$I.%4$I t
+              WHERE t.%2$I IS NOT NULL%5$s
+              ORDER BY t.%2$I %6$s $1
+              LIMIT %7$s)
+             UNION ALL
+             (SELECT t.%1$I::text, c.embedding %6$s $1
+              FROM %3$I.%8$I c JOIN %3$I.%4$I t ON t.%1$I = c.key
+              WHERE t.%2$I IS NOT NULL%5$s
+              ORDER BY c.embedding %6$s $1
+              LIMIT 4 * (%7$s))) u
+         GROUP BY u.key
+         ORDER BY distance
+         LIMIT %7$s',
+        m.key_column, m.embedding_column, m.table_schema, m.table_name, conditions,
+        pgembed._distance_v1(), lim, 'pgembed_' || m.name || '_chunks')
+    ELSE format(
+        'SELECT t.%1$I::text AS key, t.%2$I %6$s $1 AS distance
+         FROM %3$I.%4$I t
+         WHERE t.%2$I IS NOT NULL%5$s
+         ORDER BY t.%2$I %6$s $1
+         LIMIT %7$s',
+        m.key_column, m.embedding_column, m.table_schema, m.table_name, conditions,
+        pgembed._distance_v1(), lim) END
+$fn$;
+
 -- The k nearest rows, by a query planned on every call; its SET clauses end the SET LOCALs with it.
 CREATE FUNCTION pgembed._nearest_v1(
     model text, query vector, k integer, filter jsonb, exclude_key text, settings text[]
@@ -272,15 +309,9 @@ BEGIN
         PERFORM set_config(knob, 'off', true);
     END IF;
     RETURN QUERY EXECUTE format(
-        'WITH hits AS MATERIALIZED (
-             SELECT t.%1$I::text AS key, t.%2$I %7$s $1 AS distance
-             FROM %3$I.%4$I t
-             WHERE t.%2$I IS NOT NULL%5$s%6$s
-             ORDER BY t.%2$I %7$s $1
-             LIMIT $2)
+        'WITH hits AS MATERIALIZED (%s)
          SELECT hits.key, 1 - hits.distance FROM hits ORDER BY hits.distance',
-        m.key_column, m.embedding_column, m.table_schema, m.table_name, not_self, f.clause,
-        pgembed._distance_v1())
+        pgembed._semantic_v1(m, not_self || f.clause, '$2'))
         USING query, k, exclude_key, f.args;
     IF knob IS NOT NULL THEN  -- no SET clause names it: put back the caller's value
         PERFORM set_config(knob, caller, true);
@@ -319,12 +350,7 @@ BEGIN
     f := pgembed._filter_v1(m, filter, 5);
     PERFORM pgembed._use_settings_v1(settings);
     RETURN QUERY EXECUTE format(
-        'WITH semantic AS MATERIALIZED (
-             SELECT t.%1$I::text AS key, t.%2$I %7$s $1 AS distance
-             FROM %3$I.%4$I t
-             WHERE t.%2$I IS NOT NULL%6$s
-             ORDER BY t.%2$I %7$s $1
-             LIMIT $3),
+        'WITH semantic AS MATERIALIZED (%7$s),
          semantic_rank AS (
              SELECT s.key, row_number() OVER (ORDER BY s.distance) AS rank FROM semantic s),
          lexical_rank AS (
@@ -341,7 +367,7 @@ BEGIN
          LIMIT $4',
         m.key_column, m.embedding_column, m.table_schema, m.table_name,
         pgembed._text_v1(m.text_columns, 't'), f.clause,
-        pgembed._distance_v1())
+        pgembed._semantic_v1(m, f.clause, '$3'))
         USING query, query_text, greatest(4 * k::bigint, 40), k, f.args;
 END
 $fn$;
@@ -427,6 +453,13 @@ BEGIN
     INTO vector_type, distance, dims
     FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector';
     FOR m IN SELECT * FROM pgembed.models ORDER BY name LOOP
+        IF m.long_texts = 'chunk' THEN  -- two indexes to merge: the dynamic path's statement
+            branches := branches || format($chunked$
+    WHEN %1$L THEN
+        RETURN QUERY SELECT * FROM pgembed._nearest_v1(
+            model, query, k, NULL, NULL, pgembed._settings_v1(model));$chunked$, m.name);
+            CONTINUE;
+        END IF;
         -- The statement for one LIMIT constant (validated identifiers cannot contain '<').
         nearest := format($nearest$
             RETURN QUERY SELECT hits.key, hits.similarity FROM (
@@ -551,7 +584,7 @@ REVOKE EXECUTE ON FUNCTION pgembed._recompile_search_v1() FROM PUBLIC;
 -- a new version, or tuned), deferred to the commit: the rebuild sees the transaction's last state.
 CREATE CONSTRAINT TRIGGER recompile_search
 AFTER INSERT OR DELETE OR UPDATE OF name, table_schema, table_name, key_column, embedding_column,
-    dimensions, ef_search
+    dimensions, ef_search, long_texts
 ON pgembed.models DEFERRABLE INITIALLY DEFERRED
 FOR EACH ROW EXECUTE FUNCTION pgembed._recompile_search_v1();
 -- The same for TRUNCATE pgembed.models.
