@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import psycopg
 import pytest
 from pgvector import Vector as PgVector
@@ -26,6 +27,7 @@ from pgembed.catalog import registry
 from pgembed.contrib import sqlalchemy as orm
 from pgembed.encode import embedder
 from pgembed.lifecycle import models, status
+from pgembed.search import topk
 from pgembed.sync import worker
 
 DATA = Path(__file__).parent.parent / "data"
@@ -229,3 +231,48 @@ def test_reindex_into_chunks_and_remove(conn: psycopg.Connection, url: str) -> N
     result = cli("--database-url", url, "model", "remove", "first")
     assert result.exit_code == 0, result.output
     assert conn.execute("SELECT to_regclass('pgembed_first_chunks')").fetchone() == (None,)
+
+
+def test_a_big_table_searches_both_indexes_and_filters_return_k(db_url: str) -> None:
+    """3,000 rows and 6,000 chunks of random unit vectors, written directly: big enough for the
+    HNSW indexes, and a filter that keeps 2 % of the rows still yields k of them."""
+    rng = np.random.default_rng(11)
+    with db.connection(db_url) as conn:
+        conn.execute("CREATE TABLE items (id integer PRIMARY KEY, body text, bucket text)")
+        request = models.AddRequest("big", "items", "body", precision="fp32", long_texts="chunk")
+        spec = models.add(conn, request)[0]
+
+        def unit(n: int) -> np.ndarray:
+            v = rng.normal(size=(n, spec.dimensions)).astype(np.float32)
+            return np.asarray(v / np.linalg.norm(v, axis=1, keepdims=True))
+
+        copy = "COPY items (id, body, bucket, embedding_big) FROM STDIN (FORMAT BINARY)"
+        with conn.cursor() as cur, cur.copy(copy) as out:
+            out.set_types(["integer", "text", "text", "vector"])
+            for i, vector in enumerate(unit(3000)):
+                out.write_row(
+                    (i, f"item {i}", "rare" if i % 50 == 0 else "common", PgVector(vector))
+                )
+        copy = "COPY pgembed_big_chunks (key, chunk, embedding) FROM STDIN (FORMAT BINARY)"
+        with conn.cursor() as cur, cur.copy(copy) as out:
+            out.set_types(["integer", "integer", "vector"])
+            for i, vector in enumerate(unit(6000)):
+                out.write_row((i // 2, 1 + i % 2, PgVector(vector)))
+        conn.execute("DELETE FROM pgembed.inbox")  # the vectors are already there
+        conn.execute("ANALYZE items")
+        conn.execute("ANALYZE pgembed_big_chunks")
+        query = PgVector(unit(1)[0])
+        with plans(conn) as found:
+            hits = conn.execute("SELECT key FROM pgembed.search('big', %s, 10)", (query,))
+            assert len(hits.fetchall()) == 10
+        joined = "\n".join(found)
+        assert "pgembed_big_hnsw" in joined and "pgembed_big_hnswc" in joined
+        # Random vectors are HNSW's hardest case: with a deep enough scan, the exact rows.
+        conn.execute("SET pgembed.ef_search = 1000")
+        deep = conn.execute("SELECT key FROM pgembed.search('big', %s, 10)", (query,))
+        exact = topk.exact(conn, spec, np.asarray([query.to_numpy()]), 10)[0]
+        assert [k for (k,) in deep] == exact
+        rare = conn.execute(
+            "SELECT key FROM pgembed.search('big', %s, 10, '{\"bucket\": \"rare\"}')", (query,)
+        ).fetchall()
+        assert len(rare) == 10 and all(int(k) % 50 == 0 for (k,) in rare)
