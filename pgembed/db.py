@@ -45,10 +45,19 @@ def vector_name(conn: psycopg.Connection, name: str) -> sql.Identifier:
     """pgvector's object `name` (type, operator class) qualified by the extension's schema: not
     looked up through search_path, where another role's object of the same name could come
     first."""
+    return sql.Identifier(_vector_schema(conn), name)
+
+
+def distance_operator(conn: psycopg.Connection) -> sql.Composed:
+    """pgvector's cosine distance, `OPERATOR(<its schema>.<=>)`, for the same reason."""
+    return sql.SQL("OPERATOR({}.<=>)").format(sql.Identifier(_vector_schema(conn)))
+
+
+def _vector_schema(conn: psycopg.Connection) -> str:
     row = conn.execute(sqlfiles.get("session", "vector_schema")).fetchone()
     if row is None:
         raise psycopg.ProgrammingError("the vector extension is not installed")
-    return sql.Identifier(row[0], name)
+    return str(row[0])
 
 
 def register_vector(conn: psycopg.Connection) -> None:

@@ -93,3 +93,10 @@ QUERY_CACHE_BYTES = 4 * 1024 * 1024
 # (64 of MiniLM's 254 word pieces: ~14,000, a long book chapter), the rest is marked truncated.
 CHUNK_OVERLAP = 32
 MAX_WINDOWS = 64
+# A window smaller than this many word pieces (a tiny --max-seq-length, a long document prefix)
+# would cut a text into scraps: --long-texts chunk refuses it.
+MIN_WINDOW = 32
+# A chunked model reads at most this many characters per word piece of its windows past the first
+# (English needs ~4-5; the first window keeps CHARS_PER_WORD_PIECE): 64 windows of MiniLM read
+# ~130,000 characters, not 524,000. A text whose windows would need more is marked truncated.
+CHUNK_CHARS_PER_WORD_PIECE = 8

@@ -35,14 +35,13 @@ def grant(conn: psycopg.Connection) -> None:
                 for statement in sqlfiles.statements("roles", block):
                     conn.execute(statement)
         for spec in registry.all_models(conn):
-            if tables.problem(conn, spec.table_schema, spec.table_name, spec.columns) is None:
+            if tables.model_problem(conn, spec) is None:
                 grant_table(conn, spec)
 
 
 def grant_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """The daemon role reads the key and text and writes the vector of a model's table; with a
-    chunk table, the daemon writes it, the reader reads it, and the capture functions' owner
-    (when another role made the model) may clean it up."""
+    chunk table, the daemon writes it and the reader reads it."""
     _column_privileges(conn, spec, "GRANT {} ON {} TO {}")
     if not spec.chunked:
         return
@@ -55,13 +54,6 @@ def grant_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
                     sql.SQL(privileges), chunks, sql.Identifier(role)
                 )
             )
-    owner = conn.execute(sqlfiles.get("roles", "capture_owner")).fetchone()
-    if owner is not None and not owner[0]:
-        conn.execute(
-            sql.SQL("GRANT SELECT, DELETE, TRUNCATE ON {} TO {}").format(
-                chunks, sql.Identifier(owner[1])
-            )
-        )
 
 
 def revoke_table(conn: psycopg.Connection, spec: ModelSpec) -> None:

@@ -17,7 +17,7 @@ from psycopg import sql
 from pgembed import capture, db, defaults, roles, sqlfiles
 from pgembed.catalog import naming, tables
 from pgembed.catalog.registry import ModelSpec
-from pgembed.errors import DatabaseError
+from pgembed.errors import DatabaseError, UsageError
 
 log = logging.getLogger("pgembed.ddl")
 
@@ -40,21 +40,45 @@ def create(conn: psycopg.Connection, spec: ModelSpec) -> None:
 def create_chunks(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """A chunked model's table of windows past the first, beside the watched table, with its
     HNSW index (made empty: it grows as the daemon writes). No foreign key: the capture triggers
-    clean it up, without a lock on the application's table per chunk written."""
+    clean it up, without a lock on the application's table per chunk written.
+
+    Owned by schema pgembed's owner, as the capture functions that clean it up run as that role
+    and accept no other table (a trigger on it would run as them)."""
     if not spec.chunked:
         return
-    key_type = naming.key_type(spec)
+    name = naming.chunk_table_name(spec)
+    if tables.exists(conn, spec.table_schema, name):
+        raise UsageError(
+            f"{spec.table_schema}.{name} exists: pgembed would keep model {spec.name}'s chunks "
+            "there; rename that table, or choose another model name"
+        )
     conn.execute(
         sql.SQL(
             "CREATE TABLE {table} (key {key_type} NOT NULL, chunk integer NOT NULL, "
-            "embedding {vector}({dimensions}) NOT NULL, PRIMARY KEY (key, chunk))"
+            "embedding {vector}({dimensions}) NOT NULL, CONSTRAINT {pkey} PRIMARY KEY (key, chunk))"
         ).format(
             table=naming.chunk_table(spec),
-            key_type=key_type,
+            key_type=naming.key_type(spec),
             vector=db.vector_name(conn, "vector"),
             dimensions=sql.Literal(spec.dimensions),
+            pkey=sql.Identifier(naming.chunk_key_name(spec)),
         )
     )
+    owner = conn.execute(sqlfiles.get("catalog", "pgembed_owner")).fetchone()
+    if owner is not None and not owner[1]:
+        try:
+            with conn.transaction():
+                conn.execute(
+                    sql.SQL("ALTER TABLE {} OWNER TO {}").format(
+                        naming.chunk_table(spec), sql.Identifier(owner[0])
+                    )
+                )
+        except psycopg.errors.InsufficientPrivilege:
+            raise UsageError(
+                f"--long-texts chunk: add the model as {owner[0]} (who ran `pgembed migrate` "
+                "and owns schema pgembed) or a member of that role: its chunk table must be "
+                f"{owner[0]}'s"
+            ) from None
     conn.execute(
         sql.SQL(
             "CREATE INDEX {name} ON {table} USING hnsw (embedding {opclass}) "
@@ -195,8 +219,15 @@ def drop(conn: psycopg.Connection, spec: ModelSpec) -> None:
     them along), its chunk table and its bookkeeping; the table's other data is untouched."""
     if tables.is_table(conn, spec.table_schema, spec.table_name):
         drop_objects(conn, spec)
-    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(naming.chunk_table(spec)))
+    drop_chunks(conn, spec)
     forget(conn, spec)
+
+
+def drop_chunks(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """A chunked model's chunk table, if it is pgembed's: a table of that name that is not (the
+    user's, or one put there after pgembed's was dropped) is left alone."""
+    if spec.chunked and tables.own_chunks(conn, spec.table_schema, naming.chunk_table_name(spec)):
+        conn.execute(sql.SQL("DROP TABLE {}").format(naming.chunk_table(spec)))
 
 
 def drop_objects(conn: psycopg.Connection, spec: ModelSpec) -> None:

@@ -85,6 +85,11 @@ def chunk_index_name(spec: ModelSpec) -> str:
     return f"pgembed_{spec.name}_hnswc"
 
 
+def chunk_key_name(spec: ModelSpec) -> str:
+    """The chunk table's primary key (its default name, <table>_pkey, could pass 63 bytes)."""
+    return f"pgembed_{spec.name}_ckey"
+
+
 def chunk_table(spec: ModelSpec) -> sql.Identifier:
     return sql.Identifier(spec.table_schema, chunk_table_name(spec))
 

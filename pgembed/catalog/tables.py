@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psycopg
 
 from pgembed import sqlfiles
+from pgembed.catalog import naming
 from pgembed.errors import NotFoundError, UsageError
+
+if TYPE_CHECKING:
+    from pgembed.catalog.registry import ModelSpec
 
 _TEXT_TYPES = {"text", "character varying", "character", "citext"}
 
@@ -74,6 +79,13 @@ def exists(conn: psycopg.Connection, schema: str, name: str) -> bool:
     return bool(row and row[0])
 
 
+def own_chunks(conn: psycopg.Connection, schema: str, name: str) -> bool:
+    """Whether schema.name is pgembed's chunk table: a plain table owned by schema pgembed's
+    owner (not a view or another role's table that took the name)."""
+    row = conn.execute(sqlfiles.get("catalog", "own_chunks"), {"schema": schema, "name": name})
+    return row.fetchone() == (True,)
+
+
 def key_column(info: TableInfo, requested: str | None) -> str:
     """The column that identifies a row: the one asked for, else the single-column primary key."""
     if requested is not None:
@@ -119,6 +131,18 @@ def text_column(info: TableInfo, column: str) -> str:
 def require_column(info: TableInfo, column: str) -> None:
     if column not in info.columns:
         raise NotFoundError(f"column {column!r} does not exist in table {info.schema}.{info.name}")
+
+
+def model_problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
+    """problem() of a model's table and columns, and of a chunked model's chunk table."""
+    reason = problem(conn, spec.table_schema, spec.table_name, spec.columns)
+    chunks = naming.chunk_table_name(spec)
+    if reason is None and spec.chunked and not own_chunks(conn, spec.table_schema, chunks):
+        reason = (
+            f"its chunk table {spec.table_schema}.{chunks} is gone or not pgembed's: "
+            f"`pgembed reindex {spec.name}` makes it again"
+        )
+    return reason
 
 
 def problem(conn: psycopg.Connection, schema: str, name: str, columns: list[str]) -> str | None:

@@ -42,8 +42,6 @@ def _chunks_text(m: dict[str, Any]) -> str:
             f"  {m['truncated']} rows were cut to their first window: "
             f"`pgembed model alter {m['name']} --long-texts chunk` embeds all of their text\n"
         )
-    if m["chunks"] is None:
-        return "  chunks: its chunk table is gone (run `pgembed reindex`)\n"
     per_row = (m["chunks"] + m["rows_embedded"]) / max(m["rows_embedded"], 1)
     return (
         f"  chunked: {m['chunks']} chunks beside {m['rows_embedded']} rows "

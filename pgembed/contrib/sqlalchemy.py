@@ -100,7 +100,7 @@ def _run(
     where = [column.is_not(None), *(c for c in conditions if c is not None)]
     distance = _vector(column, spec).cosine_distance(query)
     if spec.chunked:
-        statement = _best_windows(entity, spec, column, query, k, where)
+        hits = _best_windows(session, entity, spec, column, query, k, where)
     else:
         statement = (
             sa.select(entity, (1 - distance).label("similarity"))
@@ -108,22 +108,42 @@ def _run(
             .order_by(distance)
             .limit(k)
         )
-    hits = [(row[0], float(row[1])) for row in session.execute(statement)]
+        hits = [(row[0], float(row[1])) for row in session.execute(statement)]
     # Relaxed iterative scans may return near-ties slightly out of order.
     return sorted(hits, key=lambda hit: -hit[1])
 
 
 def _best_windows(
+    session: Session,
     entity: type[T],
     spec: ModelSpec,
     column: sa.Column[Any],
     query: Any,
     k: int,
     where: list[sa.ColumnElement[bool]],
+) -> list[tuple[T, float]]:
+    """A chunked model: rows ranked by their best window, as pgembed.search ranks them (see
+    pgembed._semantic_v1). The k nearest rows by their own vector and the depth·k nearest
+    chunks (of rows the `where` keeps), each one `ORDER BY <=> LIMIT` that can take its HNSW
+    index, merged by row; read deeper until no unread chunk could change the rows."""
+    depth = 4
+    while True:
+        rows = session.execute(_windows_statement(entity, spec, column, query, k, where, depth))
+        found = [(row[0], float(row[1]), row[2]) for row in rows]
+        if all(settled for _, _, settled in found) or depth >= 4096:
+            return [(instance, similarity) for instance, similarity, _ in found]
+        depth *= 4
+
+
+def _windows_statement(
+    entity: type[T],
+    spec: ModelSpec,
+    column: sa.Column[Any],
+    query: Any,
+    k: int,
+    where: list[sa.ColumnElement[bool]],
+    depth: int,
 ) -> sa.Select[Any]:
-    """A chunked model: rows ranked by their best window, as pgembed.search ranks them. The k
-    nearest rows by their own vector and the 4k nearest chunks (of rows the `where` keeps), each
-    one `ORDER BY <=> LIMIT` that can take its HNSW index, merged by row."""
     chunks = sa.table(
         naming.chunk_table_name(spec),
         sa.column("key"),
@@ -134,25 +154,37 @@ def _best_windows(
     own = _vector(column, spec).cosine_distance(query)
     piece = _vector(chunks.c.embedding, spec).cosine_distance(query)
     rows = sa.select(key.label("key"), own.label("distance")).where(*where)
-    windows = (
+    pieces = (
         sa.select(key.label("key"), piece.label("distance"))
         .select_from(chunks.join(column.table, key == chunks.c.key))
         .where(*where)
+        .order_by(piece)
+        .limit(depth * k)
+        .cte("pgembed_pieces")
     )
-    found = sa.union_all(
+    merged = sa.union_all(
         sa.select(rows.order_by(own).limit(k).subquery()),
-        sa.select(windows.order_by(piece).limit(4 * k).subquery()),
+        sa.select(pieces.c.key, pieces.c.distance),
     ).subquery()
-    distance = sa.func.min(found.c.distance)
+    distance = sa.func.min(merged.c.distance)
     best = (
-        sa.select(found.c.key, distance.label("distance"))
-        .group_by(found.c.key)
+        sa.select(merged.c.key, distance.label("distance"))
+        .group_by(merged.c.key)
         .order_by(distance)
         .limit(k)
-        .subquery()
+        .cte("pgembed_best")
+    )
+    count, farthest = sa.func.count(), sa.func.max
+    settled = sa.or_(
+        sa.select(count).select_from(pieces).scalar_subquery() < depth * k,
+        sa.and_(
+            sa.select(count).select_from(best).scalar_subquery() >= k,
+            sa.select(farthest(pieces.c.distance)).scalar_subquery()
+            >= sa.select(farthest(best.c.distance)).scalar_subquery(),
+        ),
     )
     return (
-        sa.select(entity, (1 - best.c.distance).label("similarity"))
+        sa.select(entity, (1 - best.c.distance).label("similarity"), settled.label("settled"))
         .join(best, key == best.c.key)
         .order_by(best.c.distance)
     )

@@ -104,7 +104,7 @@ class Embedder:
         self._light = light_model
         self._count: Callable[[list[str]], list[int]]
         self._engine: engines.OnnxEncoder | None = None
-        self._offsets: Callable[[list[str]], list[windows.Offsets]] | None = None
+        self._offsets: Callable[[str], windows.Offsets] | None = None
         if light_model is not None:
             self._model: Any = None
             self._count = light_model.count
@@ -152,19 +152,27 @@ class Embedder:
         max_chars), special tokens included: more than max_seq_length means truncated."""
         return self._count(self._read(self.settings.document_prefix, texts))
 
+    @property
+    def window_size(self) -> int:
+        """Word pieces of a text the model reads: its window less the special tokens and the
+        document prefix."""
+        specials = self._count([""])[0]
+        prefix = self._count([self.settings.document_prefix])[0] - specials
+        return self.info.max_seq_length - specials - prefix
+
     def chunk_windows(
         self, texts: list[str], overlap: int, max_windows: int
     ) -> list[windows.Windows]:
-        """Each text's windows past the first (see windows.py), of as many word pieces as the
-        model reads besides its special tokens and the document prefix."""
+        """Each text's windows past the first (see windows.py), of window_size word pieces,
+        overlapping by `overlap` or a quarter of a window if that is less. One text at a time:
+        a batch's offsets at once would hold every word piece of every long row."""
         if self._model is None:
             raise ModelLoadError("chunking needs the full model, not the light query encoder")
         if self._offsets is None:
             self._offsets = _offset_reader(self._model.tokenizer)
-        specials = self._count([""])[0]
-        prefix = self._count([self.settings.document_prefix])[0] - specials
-        size = self.info.max_seq_length - specials - prefix
-        return [windows.split(o, size, overlap, max_windows) for o in self._offsets(texts)]
+        size = self.window_size
+        overlap = min(overlap, size // 4)
+        return [windows.split(self._offsets(t), size, overlap, max_windows) for t in texts]
 
     def _read(self, prefix: str, texts: list[str]) -> list[str]:
         """What the model reads of each text: the prefix, then at most max_chars characters.
@@ -230,8 +238,8 @@ def _token_counter(tokenizer: Any) -> Callable[[list[str]], list[int]]:
     return lambda texts: [len(e) for e in encode(texts)] if texts else []
 
 
-def _offset_reader(tokenizer: Any) -> Callable[[list[str]], list[windows.Offsets]]:
-    """Each text's word pieces as (start, end) character offsets, special tokens left out."""
+def _offset_reader(tokenizer: Any) -> Callable[[str], windows.Offsets]:
+    """A text's word pieces as (start, end) character offsets, special tokens left out."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise ModelLoadError("chunking needs a fast (Rust) tokenizer; this model has none")
@@ -241,9 +249,8 @@ def _offset_reader(tokenizer: Any) -> Callable[[list[str]], list[windows.Offsets
     reader.no_truncation()
     reader.no_padding()
 
-    def offsets(texts: list[str]) -> list[windows.Offsets]:
-        encoded = reader.encode_batch(texts, add_special_tokens=False) if texts else []
-        return [e.offsets for e in encoded]
+    def offsets(text: str) -> windows.Offsets:
+        return reader.encode(text, add_special_tokens=False).offsets
 
     return offsets
 

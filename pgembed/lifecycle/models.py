@@ -66,6 +66,8 @@ def add(
         document_prefix=request.document_prefix,
     )
     model_info = load_checked(settings)
+    if request.long_texts == "chunk":
+        require_window(settings)
     spec = ModelSpec(
         name=name,
         table_schema=schema,
@@ -117,6 +119,16 @@ def load_checked(settings: embedder.Settings) -> embedder.ModelInfo:
             f"can read ({info.position_limit} word pieces)"
         )
     return info
+
+
+def require_window(settings: embedder.Settings) -> None:
+    """A chunked model's windows must hold enough word pieces to mean something."""
+    size = embedder.get(settings).window_size
+    if size < defaults.MIN_WINDOW:
+        raise UsageError(
+            f"--long-texts chunk: windows of {size} word pieces (max sequence length less the "
+            f"special tokens and document prefix) are too small; at least {defaults.MIN_WINDOW}"
+        )
 
 
 def remove(conn: psycopg.Connection, name: str, on_wait: ddl.OnWait | None = None) -> ModelSpec:

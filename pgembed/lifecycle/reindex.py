@@ -69,6 +69,8 @@ def new_version(spec: ModelSpec, change: Change) -> ModelSpec:
         document_prefix=_pick(change.document_prefix, spec.document_prefix),
     )
     info = models.load_checked(settings)  # a reference that cannot load changes nothing
+    if _pick(change.long_texts, spec.long_texts) == "chunk":
+        models.require_window(settings)
     shadow = naming.shadow_name(spec.name)
     return replace(
         spec,

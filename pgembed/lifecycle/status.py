@@ -17,7 +17,7 @@ from pgembed.lifecycle import reindex
 
 def broken(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
     """Why the model's table can no longer be served (dropped table or column), else None."""
-    return tables.problem(conn, spec.table_schema, spec.table_name, spec.columns)
+    return tables.model_problem(conn, spec)
 
 
 def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
@@ -82,12 +82,11 @@ def _counts(conn: psycopg.Connection, spec: ModelSpec) -> tuple[int, int]:
     return (counts[0], counts[1]) if counts else (0, 0)
 
 
-def _chunks(conn: psycopg.Connection, spec: ModelSpec) -> int | None:
-    """Rows of the model's chunk table (None when it is gone); an exact count, as rows are."""
+def _chunks(conn: psycopg.Connection, spec: ModelSpec) -> int:
+    """Rows of the model's chunk table (0 for a model that truncates); an exact count, as rows
+    are. Only for a model that is not broken: its chunk table is pgembed's."""
     if not spec.chunked:
         return 0
-    if not tables.is_table(conn, spec.table_schema, naming.chunk_table_name(spec)):
-        return None
     row = conn.execute(
         sql.SQL("SELECT pg_catalog.count(*) FROM {}").format(naming.chunk_table(spec))
     ).fetchone()

@@ -18,9 +18,9 @@ import psycopg
 from psycopg import sql
 
 from pgembed import capture, defaults, sqlfiles
-from pgembed.catalog import naming, registry
+from pgembed.catalog import ddl, naming, registry, tables
 from pgembed.catalog.registry import ModelSpec
-from pgembed.errors import DatabaseError, NotFoundError
+from pgembed.errors import DatabaseError, NotFoundError, UsageError
 
 log = logging.getLogger("pgembed.reindex")
 
@@ -76,21 +76,28 @@ def _swap_in(conn: psycopg.Connection, name: str) -> ModelSpec:
 def _swap_chunks(
     conn: psycopg.Connection, old: ModelSpec, shadow: ModelSpec, new: ModelSpec
 ) -> None:
-    """The old version's chunks go; the shadow's chunk table and index take the model's names."""
-    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(naming.chunk_table(old)))
+    """The old version's chunks go; the shadow's chunk table, its key and index take the
+    model's names."""
+    ddl.drop_chunks(conn, old)
     if not shadow.chunked:
         return
+    if tables.exists(conn, new.table_schema, naming.chunk_table_name(new)):
+        raise UsageError(
+            f"{new.table_schema}.{naming.chunk_table_name(new)} is not pgembed's chunk table: "
+            f"rename it, then run `pgembed reindex {new.name}` again"
+        )
     conn.execute(
         sql.SQL("ALTER TABLE {} RENAME TO {}").format(
             naming.chunk_table(shadow), sql.Identifier(naming.chunk_table_name(new))
         )
     )
-    conn.execute(
-        sql.SQL("ALTER INDEX {} RENAME TO {}").format(
-            sql.Identifier(shadow.table_schema, naming.chunk_index_name(shadow)),
-            sql.Identifier(naming.chunk_index_name(new)),
+    for renamed in (naming.chunk_index_name, naming.chunk_key_name):
+        conn.execute(
+            sql.SQL("ALTER INDEX {} RENAME TO {}").format(
+                sql.Identifier(shadow.table_schema, renamed(shadow)),
+                sql.Identifier(renamed(new)),
+            )
         )
-    )
 
 
 def swap_index(conn: psycopg.Connection, spec: ModelSpec, temporary: str) -> ModelSpec:

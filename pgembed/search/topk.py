@@ -13,37 +13,40 @@ import psycopg
 from pgvector import Vector
 from psycopg import sql
 
+from pgembed import db
 from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode.embedder import Vectors
 
 
-def _top_k(spec: ModelSpec, tie_break: bool) -> sql.Composed:
+def _top_k(conn: psycopg.Connection, spec: ModelSpec, tie_break: bool) -> sql.Composed:
     return sql.SQL(
         "SELECT t.{key}::text FROM {table} t WHERE t.{col} IS NOT NULL "
-        "ORDER BY t.{col} <=> %(q)s{tie} LIMIT %(k)s"
+        "ORDER BY t.{col} {distance} %(q)s{tie} LIMIT %(k)s"
     ).format(
         key=sql.Identifier(spec.key_column),
         table=naming.table(spec),
         col=sql.Identifier(spec.embedding_column),
+        distance=db.distance_operator(conn),
         tie=sql.SQL(", 1") if tie_break else sql.SQL(""),
     )
 
 
-def _best_windows(spec: ModelSpec) -> sql.Composed:
+def _best_windows(conn: psycopg.Connection, spec: ModelSpec) -> sql.Composed:
     """A chunked model's exact top k: each row ranked by its best window, every window read."""
     return sql.SQL(
         "SELECT u.key FROM ("
-        "SELECT t.{key}::text AS key, t.{col} <=> %(q)s AS distance FROM {table} t "
+        "SELECT t.{key}::text AS key, t.{col} {distance} %(q)s AS distance FROM {table} t "
         "WHERE t.{col} IS NOT NULL "
-        "UNION ALL SELECT t.{key}::text, c.embedding <=> %(q)s FROM {chunks} c "
-        "JOIN {table} t ON t.{key} = c.key WHERE t.{col} IS NOT NULL) u "
+        "UNION ALL SELECT t.{key}::text, c.embedding {distance} %(q)s FROM {chunks} c "
+        "JOIN {table} t ON t.{key} OPERATOR(pg_catalog.=) c.key WHERE t.{col} IS NOT NULL) u "
         "GROUP BY u.key ORDER BY pg_catalog.min(u.distance), u.key LIMIT %(k)s"
     ).format(
         key=sql.Identifier(spec.key_column),
         table=naming.table(spec),
         col=sql.Identifier(spec.embedding_column),
         chunks=naming.chunk_table(spec),
+        distance=db.distance_operator(conn),
     )
 
 
@@ -56,7 +59,7 @@ def exact(conn: psycopg.Connection, spec: ModelSpec, vectors: Vectors, k: int) -
     with conn.transaction():
         conn.execute("SET LOCAL enable_indexscan = off")
         conn.execute("SET LOCAL enable_bitmapscan = off")
-        query = _best_windows(spec) if spec.chunked else _top_k(spec, tie_break=True)
+        query = _best_windows(conn, spec) if spec.chunked else _top_k(conn, spec, tie_break=True)
         return _run(conn, query, vectors, k, spec.name)
 
 
@@ -70,7 +73,7 @@ def indexed(
             ef = str(effective_ef_search(conn, ef_search))
             conn.execute("SELECT pg_catalog.set_config('pgembed.ef_search', %s, true)", (ef,))
             return _run(conn, _SEARCH, vectors, k, spec.name)
-        return _run(conn, _top_k(spec, tie_break=False), vectors, k)
+        return _run(conn, _top_k(conn, spec, tie_break=False), vectors, k)
 
 
 def _prefer_index(conn: psycopg.Connection, ef_search: int | None) -> None:
@@ -107,7 +110,7 @@ def uses_index(conn: psycopg.Connection, spec: ModelSpec, vector: Vectors, k: in
     """Whether the indexed search's plan really goes through the model's HNSW index."""
     with conn.transaction():
         _prefer_index(conn, None)
-        query = sql.SQL("EXPLAIN (FORMAT JSON) ") + _top_k(spec, tie_break=False)
+        query = sql.SQL("EXPLAIN (FORMAT JSON) ") + _top_k(conn, spec, tie_break=False)
         row = conn.execute(query, {"q": Vector(vector), "k": k}).fetchone()
     return row is not None and f'"{naming.index_name(spec)}"' in json.dumps(row[0])
 

@@ -66,6 +66,18 @@ WHERE indexrelid = pg_catalog.to_regclass(
 SELECT pg_catalog.to_regclass(pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text))
     IS NOT NULL;
 
+-- name: own_chunks
+-- Whether schema.name is pgembed's chunk table (see pgembed._own_chunks_v1).
+SELECT pgembed._own_chunks_v1(pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text))
+    IS NOT NULL;
+
+-- name: pgembed_owner
+-- The owner of schema pgembed (the role that ran `pgembed migrate`), and whether it is this role.
+SELECT r.rolname, r.rolname OPERATOR(pg_catalog.=) CURRENT_USER
+FROM pg_catalog.pg_namespace n
+JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+WHERE n.nspname OPERATOR(pg_catalog.=) 'pgembed';
+
 -- name: table_column_flags
 -- Whether the table is partitioned, and which of its columns are NOT NULL and which GENERATED.
 SELECT c.relkind = 'p', a.attname, a.attnotnull, a.attgenerated IN ('s', 'v')

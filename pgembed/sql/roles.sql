@@ -19,12 +19,6 @@ $do$;
 -- name: exists
 SELECT pg_catalog.to_regrole(%(role)s) IS NOT NULL;
 
--- name: capture_owner
--- Who the capture functions run as, and whether that is the current role.
-SELECT r.rolname OPERATOR(pg_catalog.=) CURRENT_USER, r.rolname
-FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) p.proowner
-WHERE p.oid OPERATOR(pg_catalog.=) 'pgembed.capture_update_v1()'::pg_catalog.regprocedure;
-
 -- name: grant_daemon
 -- The sync daemon: the catalog to read, the queues to work, its heartbeat and batch records.
 GRANT USAGE ON SCHEMA pgembed TO pgembed_daemon;

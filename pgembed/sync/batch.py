@@ -57,12 +57,13 @@ class Claimed:
 
 
 def fetch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) -> Claimed | None:
-    """Claim up to a batch of ready keys and read their text; None when nothing is ready."""
+    """Claim up to a batch of ready keys and read their text; None when nothing is ready.
+
+    Captured inserts are moved to the queue first, every time: an insert still in the inbox
+    when its key's queue entry (an UPDATE after the INSERT) is claimed and completed would
+    come back as new work, and the row be embedded twice."""
+    store.transfer(conn, spec.name)
     claims = store.claim(conn, spec.name, config.worker_id, config.claim_size, config.lease_seconds)
-    if not claims and store.transfer(conn, spec.name):
-        claims = store.claim(
-            conn, spec.name, config.worker_id, config.claim_size, config.lease_seconds
-        )
     if not claims:
         return None
     return Claimed(spec, claims, store.read(conn, spec, [c.key for c in claims]))

@@ -58,8 +58,10 @@ def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list
 
     Only the text's first characters the model can read travel (one more tells a longer text):
     a 100 MB row never reaches Python whole. The md5 is still the whole text's."""
-    windows = defaults.MAX_WINDOWS if spec.chunked else 1
-    chars = defaults.CHARS_PER_WORD_PIECE * spec.max_seq_length * windows
+    chars = defaults.CHARS_PER_WORD_PIECE * spec.max_seq_length
+    if spec.chunked:  # and its further windows, read more tightly
+        windows = defaults.MAX_WINDOWS - 1
+        chars += defaults.CHUNK_CHARS_PER_WORD_PIECE * spec.max_seq_length * windows
     query = sql.SQL(
         "SELECT t.{key}::text, pg_catalog.left({text}, %s::integer), pg_catalog.md5({text}) "
         "FROM {table} t WHERE t.{key} OPERATOR(pg_catalog.=) ANY(%s::{type}[]) "

@@ -216,7 +216,7 @@ class Worker:
     def _servable(self, conn: psycopg.Connection, spec: ModelSpec) -> bool:
         """Whether the model's table and columns are there; a new reason is logged once, and
         the model is checked again at each catalog read (after a wait, or a change)."""
-        reason = tables.problem(conn, spec.table_schema, spec.table_name, spec.columns)
+        reason = tables.model_problem(conn, spec)
         before = self._broken.pop(spec.name, None)
         if reason is None:
             if before is not None:

@@ -276,3 +276,65 @@ def test_a_big_table_searches_both_indexes_and_filters_return_k(db_url: str) -> 
             "SELECT key FROM pgembed.search('big', %s, 10, '{\"bucket\": \"rare\"}')", (query,)
         ).fetchall()
         assert len(rare) == 10 and all(int(k) % 50 == 0 for (k,) in rare)
+
+
+def test_rows_crowded_out_by_another_rows_chunks_are_still_found(db_url: str) -> None:
+    """One row's many near chunks fill the first 4·k chunks read: the search reads deeper
+    until no unread chunk could change the k rows, and matches the exact ranking."""
+    volcano = "The volcano erupted and lava poured down from the crater into the valley. "
+    texts = {
+        1: volcano * 300,  # one topic, many windows, all near the query
+        2: "Boil the pasta in salted water and stir the sauce slowly. " * 30
+        + "Later that year the volcano erupted: lava, ash and a glowing crater.",
+        **{k: f"Geology note {k}: rocks, soil and the slow work of rivers." for k in range(3, 16)},
+    }
+    with db.connection(db_url) as conn:
+        conn.execute("CREATE TABLE notes (id integer PRIMARY KEY, body text)")
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO notes VALUES (%s, %s)", list(texts.items()))
+        request = models.AddRequest("notes", "notes", "body", precision="fp32", long_texts="chunk")
+        spec = models.add(conn, request)[0]
+    pgembed.sync_once(database_url=db_url)
+    with pgembed.Client(db_url) as client, db.connection(db_url) as conn:
+        query = client.embed("notes", ["volcanic eruption, lava and crater"], queries=True)
+        # The 4·k = 12 chunks nearest to the query are all row 1's.
+        crowd = conn.execute(
+            "SELECT count(DISTINCT key) FROM (SELECT key FROM pgembed_notes_chunks "
+            "ORDER BY embedding <=> %s LIMIT 12) c",
+            (PgVector(query[0]),),
+        ).fetchone()
+        assert crowd == (1,)
+        exact = topk.exact(conn, spec, query, 3)[0]
+        assert [
+            str(h.key) for h in client.search("notes", "volcanic eruption, lava and crater", k=3)
+        ] == exact
+        assert exact[:1] == ["1"] and "2" in exact
+        # k far past any table: no integer overflow in the chunk scan's limit.
+        rows = conn.execute(
+            "SELECT count(*) FROM pgembed.search('notes', %s, 600000000)", (PgVector(query[0]),)
+        ).fetchone()
+        assert rows == (15,)
+
+
+def test_bad_requests_are_refused_and_tables_of_others_left_alone(db_url: str) -> None:
+    with db.connection(db_url) as conn:
+        conn.execute("CREATE TABLE docs (id integer PRIMARY KEY, body text)")
+        conn.execute("CREATE TABLE pgembed_t_chunks (important text)")  # the user's, by chance
+        conn.execute("INSERT INTO pgembed_t_chunks VALUES ('user data')")
+    base = ("--database-url", db_url, "model", "add")
+    # The name is taken: one line that says what to do, nothing made.
+    result = cli(*base, "t", "--table", "docs", "--column", "body", "--long-texts", "chunk")
+    assert result.exit_code == 2 and "pgembed_t_chunks exists" in result.output, result.output
+    # Windows too small to mean anything.
+    result = cli(*base, "tiny", "--table", "docs", "--column", "body", "--long-texts", "chunk",
+                 "--max-seq-length", "20")  # fmt: skip
+    assert result.exit_code == 2 and "too small" in result.output, result.output
+    # A model that truncates never touches a table of that name: remove and reindex leave it.
+    result = cli(*base, "t", "--table", "docs", "--column", "body", "--precision", "fp32")
+    assert result.exit_code == 0, result.output
+    assert cli("--database-url", db_url, "reindex", "t").exit_code == 0
+    assert cli("--database-url", db_url, "model", "remove", "t").exit_code == 0
+    with db.connection(db_url) as conn:
+        kept = conn.execute("SELECT important FROM pgembed_t_chunks").fetchall()
+        assert kept == [("user data",)]
+        assert conn.execute("SELECT count(*) FROM pgembed.models").fetchone() == (0,)

@@ -10,14 +10,18 @@ import uuid
 from collections.abc import Callable, Iterator
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
+import numpy as np
 import psycopg
 import pytest
+from pgvector import Vector
 from psycopg import sql
 
 import pgembed
 from helpers import REVIEWS, cli, database
 from pgembed import db, migrate, roles
+from pgembed.catalog import registry
 from pgembed.lifecycle import models
+from pgembed.search import topk
 from pgembed.sync import store
 
 # A review longer than MiniLM's window (~700 word pieces): a chunked model keeps its windows.
@@ -132,16 +136,18 @@ def test_search_path_hijack_leaves_the_role_powerless(
         # Everything pgembed does, as a superuser: add, capture, sync, every search, status.
         models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
         models.fulltext(conn, "minilm")
+        whole = models.AddRequest("whole", "docs", "body", precision="fp32", long_texts="chunk")
+        models.add(conn, whole)  # a chunked model: its chunk table, joined to docs by key
         conn.execute(
             "INSERT INTO docs SELECT id::text, body, 'tag' || id %% 2 FROM (VALUES "
-            + ", ".join(f"({i}, %s)" for i, _ in REVIEWS)
+            + ", ".join(f"({i}, %s)" for i, _ in [*REVIEWS, LONG_REVIEW])
             + ") AS v(id, body)",
-            [body for _, body in REVIEWS],
+            [body[:2000] for _, body in [*REVIEWS, LONG_REVIEW]],
         )
         conn.execute("UPDATE docs SET body = body || ' Really.' WHERE id::text = '1'")
         conn.execute("UPDATE docs SET id = '10' WHERE id::text = '2'")
         conn.execute("DELETE FROM docs WHERE id::text = '3'")
-    assert pgembed.sync_once(database_url=db_url).written == len(REVIEWS) - 1
+    assert pgembed.sync_once(database_url=db_url).written == 2 * len(REVIEWS)
     with db.connection(db_url) as conn:  # a failed attempt that is not the last: its backoff
         conn.execute("UPDATE docs SET body = 'again' WHERE id::text = '5'")
         (claim,) = store.claim(conn, "minilm", "w", 1, 60)
@@ -151,6 +157,13 @@ def test_search_path_hijack_leaves_the_role_powerless(
         assert client.search("minilm", "battery", k=3, filter={"tag": "tag1", "id": {"$ne": "5"}})
         assert client.hybrid_search("minilm", "battery", k=3, filter={"tag": {"$in": ["tag1"]}})
         assert client.similar("minilm", "1", k=2)
+        assert client.search("whole", "battery", k=3, filter={"tag": "tag1"})
+        vectors = client.embed("whole", ["battery life"], queries=True)
+    with db.connection(db_url) as conn:  # eval's and tune's exact and indexed searches
+        for model in ("minilm", "whole"):
+            spec = registry.get(conn, model)
+            assert topk.exact(conn, spec, vectors, 3) and topk.indexed(conn, spec, vectors, 3, 40)
+        assert conn.execute("SELECT count(*) FROM pgembed_whole_chunks").fetchone() != (0,)
     pgembed.status(database_url=db_url)
     # The SQL helpers, called from a session with the default search_path, public first. (This
     # test's own statements compare keys as text: `id = '1'` on varchar would itself fall in.)
@@ -164,6 +177,7 @@ def test_search_path_hijack_leaves_the_role_powerless(
         )
         user.execute("SELECT * FROM pgembed.similar('minilm', '1', 3, '{\"tag\": \"tag1\"}')")
         user.execute("SELECT * FROM pgembed.hybrid_search('minilm', %s::vector, 'battery')", vector)
+        user.execute("SELECT * FROM pgembed.search('whole', %s::vector, 3)", vector)
         user.execute("UPDATE docs SET body = 'changed' WHERE id::text = '4'")
         user.execute("UPDATE docs SET id = '40' WHERE id::text = '4'")
         user.execute("INSERT INTO docs VALUES ('20', 'one more', 'tag0')")
@@ -306,3 +320,50 @@ def test_migrate_refuses_a_schema_that_shadows_built_ins(
             assert conn.execute("SELECT to_regclass('pgembed.models')").fetchone() == (None,)
             with conn.cursor() as cur:
                 cur.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(mallory)))
+
+
+def test_a_table_planted_where_chunks_were_is_never_used(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """A chunk table dropped by hand leaves its name free: a table another role puts there (with
+    a trigger that would make it superuser) is never written, read or dropped by pgembed."""
+    mallory = make_role("mallory")
+    with db.connection(db_url) as conn:
+        conn.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(mallory)))
+        conn.execute("CREATE TABLE docs (id integer PRIMARY KEY, body text)")
+        conn.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON docs TO PUBLIC")
+        request = models.AddRequest("whole", "docs", "body", precision="fp32", long_texts="chunk")
+        models.add(conn, request)
+        conn.execute("INSERT INTO docs VALUES (1, %s), (2, 'short')", (LONG_REVIEW[1],))
+    assert pgembed.sync_once(database_url=db_url).written == 2
+    with db.connection(db_url) as conn:
+        conn.execute("DROP TABLE pgembed_whole_chunks")  # by mistake
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(mallory)))
+        conn.execute(
+            "CREATE TABLE public.pgembed_whole_chunks (key integer, chunk integer); "
+            "CREATE FUNCTION public.evil() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$BEGIN EXECUTE 'ALTER ROLE {mallory} SUPERUSER'; RETURN NULL; END$$; "
+            "CREATE TRIGGER evil BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE "
+            "ON public.pgembed_whole_chunks FOR EACH STATEMENT EXECUTE FUNCTION public.evil()"
+        )
+        warnings: list[str] = []
+        conn.add_notice_handler(lambda diag: warnings.append(diag.message_primary or ""))
+        conn.execute("UPDATE docs SET body = body || ' Again.' WHERE id = 1")
+        conn.execute("DELETE FROM docs WHERE id = 2")
+        conn.execute("RESET ROLE")
+        assert any("is gone or not pgembed's" in w for w in warnings), warnings
+        # The daemon skips the model, status says why, a search says what to do.
+        assert pgembed.sync_once(database_url=db_url).written == 0
+        (report,) = pgembed.status(database_url=db_url)
+        assert "pgembed reindex whole" in report["broken"]
+        vector = np.zeros(384, dtype=np.float32)
+        vector[0] = 1
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="reindex whole"):
+            conn.execute("SELECT * FROM pgembed.search('whole', %s, 3)", (Vector(vector),))
+        conn.rollback()
+        models.remove(conn, "whole")  # leaves mallory's table alone
+        assert conn.execute("SELECT to_regclass('public.pgembed_whole_chunks')").fetchone() != (
+            None,
+        )
+        row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (mallory,))
+        assert row.fetchone() == (False,)

@@ -43,16 +43,27 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     LIMIT 1
 $fn$;
 
+-- pgembed's own table by this name (a quoted, qualified name), else NULL: a plain table owned by
+-- the owner of schema pgembed (`model add` gives it that owner). Anything else by that name, a
+-- view or another role's table put there after pgembed's was dropped, could run that role's code
+-- (a trigger, a rule, a function in a view) as whoever writes or reads the chunks.
+CREATE FUNCTION pgembed._own_chunks_v1(chunks text) RETURNS regclass
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT c.oid::regclass FROM pg_class c
+    WHERE c.oid = to_regclass(chunks) AND c.relkind = 'r'
+      AND c.relowner = (SELECT n.nspowner FROM pg_namespace n WHERE n.nspname = 'pgembed')
+$fn$;
+
 -- A chunked model's chunk table, named by the trigger's argument (NULL: the model does not chunk).
--- A table gone (dropped by hand) only warns: the application's write goes on.
+-- One that is gone (dropped by hand) or not pgembed's only warns: the application's write goes on.
 CREATE FUNCTION pgembed._chunk_table_v1(model text, chunks text) RETURNS regclass
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
-    found regclass := to_regclass(chunks);
+    found regclass := pgembed._own_chunks_v1(chunks);
 BEGIN
     IF chunks IS NOT NULL AND found IS NULL THEN
-        RAISE WARNING 'pgembed model %: its chunk table % is gone, so chunks were not cleaned '
-            'up: run `pgembed reindex %`', model, chunks, model;
+        RAISE WARNING 'pgembed model %: its chunk table % is gone or not pgembed''s, so chunks '
+            'were not cleaned up: run `pgembed reindex %`', model, chunks, model;
     END IF;
     RETURN found;
 END

@@ -237,41 +237,68 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     FROM pg_class c WHERE c.oid = rel
 $fn$;
 
--- The SQL of a model's nearest rows: `key` (as text) and `distance` to the query $1, nearest
--- first, at most `lim` rows (an SQL expression) that meet `conditions` (" AND ..." on t.<column>).
--- A chunked model ranks a row by its best window: its own vector (the first window) or a chunk
--- of pgembed_<name>_chunks. Each of the two is an `ORDER BY ... <=> $1 LIMIT` of its own, so
--- each can take its HNSW index; the chunks' is read 4 times deeper, since a row's chunks can
--- crowd each other. A chunk counts only while its row has a vector: a row whose text changed
--- waits for its new chunks with its new vector.
-CREATE FUNCTION pgembed._semantic_v1(m pgembed.models, conditions text, lim text) RETURNS text
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT CASE WHEN m.long_texts = 'chunk' THEN format(
-        'SELECT u.key, min(u.distance) AS distance FROM (
-             (SELECT t.%1$I::text AS key, t.%2$I %6$s $1 AS distance
-              FROM %3$I.%4$I t
-              WHERE t.%2$I IS NOT NULL%5$s
-              ORDER BY t.%2$I %6$s $1
-              LIMIT %7$s)
-             UNION ALL
-             (SELECT t.%1$I::text, c.embedding %6$s $1
-              FROM %3$I.%8$I c JOIN %3$I.%4$I t ON t.%1$I = c.key
-              WHERE t.%2$I IS NOT NULL%5$s
-              ORDER BY c.embedding %6$s $1
-              LIMIT 4 * (%7$s))) u
-         GROUP BY u.key
-         ORDER BY distance
-         LIMIT %7$s',
+-- The SQL of a model's nearest rows: `key` (as text), `distance` to the query $1 and `settled`,
+-- nearest first, at most `lim` rows (an SQL expression) that meet `conditions` (" AND ..." on
+-- t.<column>). A chunked model ranks a row by its best window: its own vector (the first window)
+-- or a chunk of pgembed_<name>_chunks. Each of the two is an `ORDER BY ... <=> $1 LIMIT` of its
+-- own, so each can take its HNSW index; the chunks' reads `depth` times deeper, since a row's
+-- chunks can crowd each other. `settled` says no unread chunk could change the rows: the scan
+-- ran out of chunks, or its farthest is no nearer than the last row (else the caller reads
+-- deeper). A chunk counts only while its row has a vector: a row whose text changed waits for
+-- its new chunks with its new vector.
+CREATE FUNCTION pgembed._semantic_v1(
+    m pgembed.models, conditions text, lim text, depth integer
+) RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    chunks regclass;
+BEGIN
+    IF m.long_texts <> 'chunk' THEN
+        RETURN format(
+            'SELECT t.%1$I::text AS key, t.%2$I %6$s $1 AS distance, true AS settled
+             FROM %3$I.%4$I t
+             WHERE t.%2$I IS NOT NULL%5$s
+             ORDER BY t.%2$I %6$s $1
+             LIMIT %7$s',
+            m.key_column, m.embedding_column, m.table_schema, m.table_name, conditions,
+            pgembed._distance_v1(), lim);
+    END IF;
+    chunks := pgembed._own_chunks_v1(
+        format('%I.%I', m.table_schema, 'pgembed_' || m.name || '_chunks'));
+    IF chunks IS NULL THEN
+        RAISE EXCEPTION 'model %: its chunk table %.% is gone or not pgembed''s: run `pgembed '
+            'reindex %`', m.name, quote_ident(m.table_schema),
+            quote_ident('pgembed_' || m.name || '_chunks'), m.name
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    RETURN format(
+        'WITH own AS MATERIALIZED (
+             SELECT t.%1$I::text AS key, t.%2$I %6$s $1 AS distance
+             FROM %3$I.%4$I t
+             WHERE t.%2$I IS NOT NULL%5$s
+             ORDER BY t.%2$I %6$s $1
+             LIMIT %7$s),
+         pieces AS MATERIALIZED (
+             SELECT t.%1$I::text AS key, c.embedding %6$s $1 AS distance
+             FROM %8$s c JOIN %3$I.%4$I t ON t.%1$I = c.key
+             WHERE t.%2$I IS NOT NULL%5$s
+             ORDER BY c.embedding %6$s $1
+             LIMIT %9$s * (%7$s)::bigint),
+         best AS MATERIALIZED (
+             SELECT u.key, min(u.distance) AS distance
+             FROM (SELECT * FROM own UNION ALL SELECT * FROM pieces) u
+             GROUP BY u.key
+             ORDER BY distance
+             LIMIT %7$s)
+         SELECT b.key, b.distance,
+                (SELECT count(*) FROM pieces) < %9$s * (%7$s)::bigint
+                OR ((SELECT count(*) FROM best) >= %7$s
+                    AND (SELECT max(p.distance) FROM pieces p)
+                        >= (SELECT max(x.distance) FROM best x)) AS settled
+         FROM best b',
         m.key_column, m.embedding_column, m.table_schema, m.table_name, conditions,
-        pgembed._distance_v1(), lim, 'pgembed_' || m.name || '_chunks')
-    ELSE format(
-        'SELECT t.%1$I::text AS key, t.%2$I %6$s $1 AS distance
-         FROM %3$I.%4$I t
-         WHERE t.%2$I IS NOT NULL%5$s
-         ORDER BY t.%2$I %6$s $1
-         LIMIT %7$s',
-        m.key_column, m.embedding_column, m.table_schema, m.table_name, conditions,
-        pgembed._distance_v1(), lim) END
+        pgembed._distance_v1(), lim, chunks, depth);
+END
 $fn$;
 
 -- The k nearest rows, by a query planned on every call; its SET clauses end the SET LOCALs with it.
@@ -291,6 +318,10 @@ DECLARE
     not_self text := '';
     knob text;
     caller text;
+    depth integer;
+    keys text[];
+    distances double precision[];
+    settled boolean;
 BEGIN
     PERFORM pgembed._check_query_v1(m, query, k);
     f := pgembed._filter_v1(m, filter, 4);
@@ -304,15 +335,27 @@ BEGIN
     -- the rows the filter leaves.
     IF f.clause = '' THEN
         knob := CASE WHEN pgembed._exact_v1(format('%I.%I', m.table_schema, m.table_name)::regclass)
+                          AND (m.long_texts <> 'chunk' OR pgembed._exact_v1(pgembed._own_chunks_v1(
+                               format('%I.%I', m.table_schema, 'pgembed_' || m.name || '_chunks'))))
                      THEN 'enable_indexscan' ELSE 'enable_seqscan' END;
         caller := current_setting(knob);
         PERFORM set_config(knob, 'off', true);
     END IF;
-    RETURN QUERY EXECUTE format(
-        'WITH hits AS MATERIALIZED (%s)
-         SELECT hits.key, 1 - hits.distance FROM hits ORDER BY hits.distance',
-        pgembed._semantic_v1(m, not_self || f.clause, '$2'))
-        USING query, k, exclude_key, f.args;
+    -- A chunked model's rows are certain once no unread chunk could change them: read deeper
+    -- until they are (usually at once; 4^6 times k chunks at most).
+    depth := 4;
+    LOOP
+        EXECUTE format(
+            'SELECT array_agg(s.key ORDER BY s.distance), array_agg(s.distance ORDER BY s.distance),
+                    bool_and(s.settled)
+             FROM (%s) s',
+            pgembed._semantic_v1(m, not_self || f.clause, '$2', depth))
+            INTO keys, distances, settled USING query, k, exclude_key, f.args;
+        EXIT WHEN settled IS NOT FALSE OR depth >= 4096;
+        depth := depth * 4;
+    END LOOP;
+    RETURN QUERY SELECT u.key, 1 - u.distance
+        FROM unnest(keys, distances) WITH ORDINALITY AS u(key, distance, n) ORDER BY u.n;
     IF knob IS NOT NULL THEN  -- no SET clause names it: put back the caller's value
         PERFORM set_config(knob, caller, true);
     END IF;
@@ -367,7 +410,7 @@ BEGIN
          LIMIT $4',
         m.key_column, m.embedding_column, m.table_schema, m.table_name,
         pgembed._text_v1(m.text_columns, 't'), f.clause,
-        pgembed._semantic_v1(m, f.clause, '$3'))
+        pgembed._semantic_v1(m, f.clause, '$3', 4))
         USING query, query_text, greatest(4 * k::bigint, 40), k, f.args;
 END
 $fn$;
