@@ -1,8 +1,9 @@
 """`make bench`: every benchmark in one run, figures as medians and ratios, into BENCHMARKS.md.
 
 python -m bench [--rows 2000] [--repeats 3] [--corpus FILE] [--database-url URL]
-                [--only throughput,capture,latency,search,serve,bigrow,indexpath,engines]
+                [--only throughput,capture,latency,search,serve,bigrow,indexpath,engines,chunking]
                 [--no-write] [--scifact ../shared/data/scifact]  (SciFact nDCG@10 of each engine)
+                [--chunk-rows 2000]  (IMDb reviews of the chunking section)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from bench import (
     bigrow,
     capture,
+    chunking,
     engines,
     indexpath,
     latency,
@@ -30,7 +32,18 @@ from bench import (
 )
 from bench.env import Database, file_corpus, generated_corpus, server
 
-SECTIONS = ("throughput", "capture", "latency", "search", "serve", "bigrow", "indexpath", "engines")
+SECTIONS = (
+    "throughput",
+    "capture",
+    "latency",
+    "search",
+    "serve",
+    "bigrow",
+    "indexpath",
+    "engines",
+    "chunking",
+)
+OWN_SECTIONS = {"serve", "bigrow", "indexpath", "engines", "chunking"}  # not in the main one
 
 
 def machine() -> str:
@@ -66,12 +79,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=",".join(SECTIONS))
     parser.add_argument("--no-write", action="store_true", help="don't update BENCHMARKS.md")
     parser.add_argument("--scifact", type=Path, help="BEIR SciFact directory: engines' nDCG@10")
+    parser.add_argument("--chunk-rows", type=int, default=chunking.IMDB_ROWS, help="IMDb rows (n)")
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
     texts = file_corpus(args.corpus, args.rows) if args.corpus else generated_corpus(args.rows)
     queries = generated_corpus(100, seed=99)
     results: dict[str, object] = {}
     index_path: tuple[list[indexpath.Table], str] | None = None  # l: a section of its own
+    chunked: list[chunking.Corpus] | None = None  # n: a section of its own
     started = time.monotonic()
     with server(args.database_url) as url:
         database = Database(url)
@@ -114,6 +129,11 @@ def main(argv: list[str] | None = None) -> int:
             if "indexpath" in only:
                 index_path = indexpath.measure(database)
                 print(indexpath.report(index_path[0]), flush=True)
+            if "chunking" in only:
+                chunked = chunking.measure(
+                    database, args.scifact or chunking.SCIFACT, args.chunk_rows
+                )
+                print(chunking.report(chunked), flush=True)
         finally:
             database.drop()
     command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
@@ -123,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     bigrow_text = report.bigrow_document(results, machine(), command.strip(), seconds)
     engines_text = report.engines_document(results, machine(), command.strip(), seconds)
     # `--only serve` leaves the rest as it is
-    main_ran = bool(only - {"serve", "bigrow", "indexpath", "engines"})
+    main_ran = bool(only - OWN_SECTIONS)
     sections = (text if main_ran else None, serve_text, bigrow_text, engines_text)
     print("\n\n".join(t for t in sections if t))
     if index_path:
@@ -131,6 +151,11 @@ def main(argv: list[str] | None = None) -> int:
             *index_path, machine(), command.strip(), results.get("postgres"), seconds
         )
         print("\n" + index_text)
+    if chunked:
+        chunk_text = chunking.document(
+            chunked, machine(), command.strip(), results.get("postgres"), seconds
+        )
+        print("\n" + chunk_text)
     if not args.no_write:
         if main_ran:
             report.write(Path("BENCHMARKS.md"), text)
@@ -144,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         if index_path:
             report.write(Path("BENCHMARKS.md"), index_text, indexpath.START, indexpath.END)
+        if chunked:
+            report.write(Path("BENCHMARKS.md"), chunk_text, chunking.START, chunking.END)
     return 0
 
 
