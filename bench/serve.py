@@ -146,11 +146,15 @@ def _big_table(database: Database, rows: int) -> None:
         for (key, *_), vector in zip(data, vectors, strict=True):
             c.write_row((key, Vector(vector)))
     column = sql.Identifier(spec.embedding_column)
+    # As the sync worker writes: a vector written otherwise is taken for one written by hand,
+    # cleared and queued again (the capture trigger).
+    conn.execute("SET pgembed.writing = on")
     conn.execute(
         sql.SQL("UPDATE {} t SET {} = s.v FROM serve_vectors s WHERE s.id = t.id").format(
             naming.table(spec), column
         )
     )
+    conn.execute("RESET pgembed.writing")
     conn.execute("DELETE FROM pgembed.inbox WHERE model = %s", (BIG,))
     conn.execute("DELETE FROM pgembed.queue WHERE model = %s", (BIG,))
     conn.execute("SET maintenance_work_mem = '1GB'")
