@@ -98,10 +98,10 @@ def _run(
     # LOCAL for the session's transaction unless the caller set them.
     session.execute(sa.text("SELECT pgembed._apply_settings_v1(:model)"), {"model": spec.name})
     where = [column.is_not(None), *(c for c in conditions if c is not None)]
-    distance = _vector(column, spec).cosine_distance(query)
     if spec.chunked:
         hits = _best_windows(session, entity, spec, column, query, k, where)
     else:
+        distance = _vector(column, spec).cosine_distance(query)
         statement = (
             sa.select(entity, (1 - distance).label("similarity"))
             .where(*where)
