@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from pgembed import sqlfiles
+from pgembed import defaults, sqlfiles
 from pgembed.errors import NotFoundError
 
 POOLINGS = ("mean", "cls", "max")  # the poolings a model may have (CLI choices, encoders)
@@ -60,6 +60,11 @@ class ModelSpec:
     @property
     def chunked(self) -> bool:
         return self.long_texts == "chunk"
+
+    @property
+    def windows(self) -> int:
+        """The windows of a row's text it embeds at most: the first, or up to MAX_WINDOWS."""
+        return defaults.MAX_WINDOWS if self.chunked else 1
 
     @property
     def qualified_table(self) -> str:

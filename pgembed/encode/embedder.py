@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import threading
@@ -152,7 +153,7 @@ class Embedder:
         max_chars), special tokens included: more than max_seq_length means truncated."""
         return self._count(self._read(self.settings.document_prefix, texts))
 
-    @property
+    @functools.cached_property
     def window_size(self) -> int:
         """Word pieces of a text the model reads: its window less the special tokens and the
         document prefix."""

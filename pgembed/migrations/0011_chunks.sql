@@ -57,7 +57,9 @@ DECLARE
     texts text[] := string_to_array(TG_ARGV[2], ',');
     missing text := pgembed._missing_column_v1(
         TG_RELID, TG_ARGV[0], TG_ARGV[1:1] || texts || TG_ARGV[3:3]);
-    chunks regclass := pgembed._chunk_table_v1(TG_ARGV[0], TG_ARGV[4]);
+    -- Only a chunked model's triggers pay for the lookup: this runs for every row updated.
+    chunks regclass := CASE WHEN TG_NARGS > 4
+                            THEN pgembed._chunk_table_v1(TG_ARGV[0], TG_ARGV[4]) END;
 BEGIN
     IF missing IS NOT NULL THEN
         RAISE WARNING '%', missing;
@@ -153,6 +155,14 @@ BEGIN
 END
 $fn$;
 
+-- A chunked model's chunk table, pgembed_<name>_chunks beside its table, if it is pgembed's
+-- (see _own_chunks_v1); else NULL.
+CREATE FUNCTION pgembed._model_chunks_v1(m pgembed.models) RETURNS regclass
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT pgembed._own_chunks_v1(
+        format('%I.%I', m.table_schema, 'pgembed_' || m.name || '_chunks'))
+$fn$;
+
 -- The SQL of a model's nearest rows: `key` (as text), `distance` to the query $1 and `settled`,
 -- nearest first, at most `lim` rows (an SQL expression) that meet `conditions` (" AND ..." on
 -- t.<column>). A chunked model ranks a row by its best window: its own vector (the first window)
@@ -179,8 +189,7 @@ BEGIN
             m.key_column, m.embedding_column, m.table_schema, m.table_name, conditions,
             pgembed._distance_v1(), lim);
     END IF;
-    chunks := pgembed._own_chunks_v1(
-        format('%I.%I', m.table_schema, 'pgembed_' || m.name || '_chunks'));
+    chunks := pgembed._model_chunks_v1(m);
     IF chunks IS NULL THEN
         RAISE EXCEPTION 'model %: its chunk table %.% is gone or not pgembed''s: run `pgembed '
             'reindex %`', m.name, quote_ident(m.table_schema),
@@ -251,8 +260,8 @@ BEGIN
     -- the rows the filter leaves.
     IF f.clause = '' THEN
         knob := CASE WHEN pgembed._exact_v1(format('%I.%I', m.table_schema, m.table_name)::regclass)
-                          AND (m.long_texts <> 'chunk' OR pgembed._exact_v1(pgembed._own_chunks_v1(
-                               format('%I.%I', m.table_schema, 'pgembed_' || m.name || '_chunks'))))
+                          AND (m.long_texts <> 'chunk'
+                               OR pgembed._exact_v1(pgembed._model_chunks_v1(m)))
                      THEN 'enable_indexscan' ELSE 'enable_seqscan' END;
         caller := current_setting(knob);
         PERFORM set_config(knob, 'off', true);

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 import psycopg
 
-from pgembed import defaults
 from pgembed.catalog import registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
@@ -71,8 +70,7 @@ def fetch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) -> Cla
 
 def embed(claimed: Claimed, config: BatchConfig) -> Embedded:
     settings = models.runtime_settings(claimed.spec, config.device)
-    windows = defaults.MAX_WINDOWS if claimed.spec.chunked else 1
-    return embed_rows(embedder.get(settings), claimed.rows, windows)
+    return embed_rows(embedder.get(settings), claimed.rows, claimed.spec.windows)
 
 
 def write_back(

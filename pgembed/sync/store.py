@@ -58,10 +58,8 @@ def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list
 
     Only the text's first characters the model can read travel (one more tells a longer text):
     a 100 MB row never reaches Python whole. The md5 is still the whole text's."""
-    chars = defaults.CHARS_PER_WORD_PIECE * spec.max_seq_length
-    if spec.chunked:  # and its further windows, read more tightly
-        windows = defaults.MAX_WINDOWS - 1
-        chars += defaults.CHUNK_CHARS_PER_WORD_PIECE * spec.max_seq_length * windows
+    further = defaults.CHUNK_CHARS_PER_WORD_PIECE * (spec.windows - 1)  # read more tightly
+    chars = (defaults.CHARS_PER_WORD_PIECE + further) * spec.max_seq_length
     query = sql.SQL(
         "SELECT t.{key}::text, pg_catalog.left({text}, %s::integer), pg_catalog.md5({text}) "
         "FROM {table} t WHERE t.{key} OPERATOR(pg_catalog.=) ANY(%s::{type}[]) "

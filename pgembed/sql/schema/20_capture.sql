@@ -129,7 +129,9 @@ DECLARE
     texts text[] := string_to_array(TG_ARGV[2], ',');
     missing text := pgembed._missing_column_v1(
         TG_RELID, TG_ARGV[0], TG_ARGV[1:1] || texts || TG_ARGV[3:3]);
-    chunks regclass := pgembed._chunk_table_v1(TG_ARGV[0], TG_ARGV[4]);
+    -- Only a chunked model's triggers pay for the lookup: this runs for every row updated.
+    chunks regclass := CASE WHEN TG_NARGS > 4
+                            THEN pgembed._chunk_table_v1(TG_ARGV[0], TG_ARGV[4]) END;
 BEGIN
     IF missing IS NOT NULL THEN
         RAISE WARNING '%', missing;

@@ -237,6 +237,14 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     FROM pg_class c WHERE c.oid = rel
 $fn$;
 
+-- A chunked model's chunk table, pgembed_<name>_chunks beside its table, if it is pgembed's
+-- (see _own_chunks_v1); else NULL.
+CREATE FUNCTION pgembed._model_chunks_v1(m pgembed.models) RETURNS regclass
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT pgembed._own_chunks_v1(
+        format('%I.%I', m.table_schema, 'pgembed_' || m.name || '_chunks'))
+$fn$;
+
 -- The SQL of a model's nearest rows: `key` (as text), `distance` to the query $1 and `settled`,
 -- nearest first, at most `lim` rows (an SQL expression) that meet `conditions` (" AND ..." on
 -- t.<column>). A chunked model ranks a row by its best window: its own vector (the first window)
@@ -263,8 +271,7 @@ BEGIN
             m.key_column, m.embedding_column, m.table_schema, m.table_name, conditions,
             pgembed._distance_v1(), lim);
     END IF;
-    chunks := pgembed._own_chunks_v1(
-        format('%I.%I', m.table_schema, 'pgembed_' || m.name || '_chunks'));
+    chunks := pgembed._model_chunks_v1(m);
     IF chunks IS NULL THEN
         RAISE EXCEPTION 'model %: its chunk table %.% is gone or not pgembed''s: run `pgembed '
             'reindex %`', m.name, quote_ident(m.table_schema),
@@ -335,8 +342,8 @@ BEGIN
     -- the rows the filter leaves.
     IF f.clause = '' THEN
         knob := CASE WHEN pgembed._exact_v1(format('%I.%I', m.table_schema, m.table_name)::regclass)
-                          AND (m.long_texts <> 'chunk' OR pgembed._exact_v1(pgembed._own_chunks_v1(
-                               format('%I.%I', m.table_schema, 'pgembed_' || m.name || '_chunks'))))
+                          AND (m.long_texts <> 'chunk'
+                               OR pgembed._exact_v1(pgembed._model_chunks_v1(m)))
                      THEN 'enable_indexscan' ELSE 'enable_seqscan' END;
         caller := current_setting(knob);
         PERFORM set_config(knob, 'off', true);
