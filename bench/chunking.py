@@ -49,9 +49,9 @@ DATA = Path(__file__).resolve().parents[2] / "shared/data"
 SCIFACT = DATA / "scifact"
 REVIEWS = DATA / "imdb-reviews/reviews.csv.gz"
 MODES = ("truncate", "chunk")
-# Pinned, for both modes: `auto` may take onnx-int8, whose vectors shift with the batch a text
-# is encoded in (min cosine 0.996 between two truncate models' vectors on SciFact), which would
-# blur a 0.005 gate. bf16 moves them by less than 2e-5 (fp32 where the CPU has no bf16).
+# Pinned, for both modes, so that the comparison is of chunking alone: an int8 engine's vectors
+# differ from fp32's by more than chunking's 0.005 gate could see past. bf16 moves them by less
+# than 2e-5 (fp32 where the CPU has no bf16).
 PRECISION = "bf16"
 IMDB_ROWS, KNOWN_ITEMS, SPAN_WORDS, MIN_SPAN_WORDS = 1_500, 200, 30, 20
 # The chunking the feature promises: windows of max_seq_length - 2 word pieces, some shared.
@@ -469,9 +469,7 @@ def document(
             "",
             f"Run {datetime.date.today().isoformat()} in {seconds / 60:.1f} min: `{command}`. "
             f"Machine: {machine}. PostgreSQL {postgres}. all-MiniLM-L6-v2 ({precision}, pinned: "
-            "`auto` may take onnx-int8, whose vectors depend on the batch a text is encoded in) "
-            "added "
-            "twice on the same table, `--long-texts truncate` and `--long-texts chunk` (windows "
+            "the comparison is of chunking alone) added twice on the same table, `--long-texts truncate` and `--long-texts chunk` (windows "
             f"of max_seq_length - 2 = 254 word pieces, {OVERLAP} shared, at most {MAX_WINDOWS}), "
             "each synced alone with the model loaded. SciFact: the abstracts (title and text), the "
             "test queries, nDCG@10. IMDb known items: one review in "

@@ -41,9 +41,10 @@ class Variant:
 
     precision: str  # the catalog's name for it
     summary: str  # what status shows
-    int8: bool = False  # dynamic quantization: int8 weights, activations quantized per batch
+    int8: bool = False  # int8 weights; activations quantized per batch unless per_token
     per_channel: bool = True  # one weight scale per output channel, not one per matrix
     keep_fp32: tuple[str, ...] = ()  # node-name parts whose MatMuls stay fp32 (the sensitive ones)
+    per_token: bool = False  # int8 with activations quantized per token (pertoken.py)
 
 
 VARIANTS = {
@@ -56,6 +57,13 @@ VARIANTS = {
             "projection kept fp32",
             int8=True,
             keep_fp32=("/output/dense/MatMul",),
+        ),
+        Variant(
+            "onnx-int8-token",
+            "onnxruntime int8 (per-channel weights, activations per token), every MatMul "
+            "and the attention's QKV; fused attention/GELU/LayerNorm",
+            int8=True,
+            per_token=True,
         ),
     )
 }
@@ -130,7 +138,9 @@ def _graph(model: Any, source: str, variant: Variant) -> Path:
     with _quiet():
         if not fused.exists():
             _export_fused(model, fused)
-        if variant.int8:
+        if variant.per_token:
+            _per_token(fused, path)
+        elif variant.int8:
             _quantize(fused, path, variant)
     log.info(
         "engine %s built for %s in %.1f s (once per checkpoint): %s",
@@ -252,6 +262,15 @@ def _quantize(fused: Path, target: Path, variant: Variant) -> None:
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         ),
     )
+
+
+def _per_token(fused: Path, target: Path) -> None:
+    import onnx
+
+    from pgembed.encode import pertoken
+
+    model = pertoken.quantized(onnx.load(str(fused)))
+    _atomic(target, lambda tmp: onnx.save(model, str(tmp)))
 
 
 def _atomic(target: Path, write: Any) -> None:

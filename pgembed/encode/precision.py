@@ -131,10 +131,12 @@ def auto_candidates(device: str) -> tuple[list[str], str]:
         half = hardware.cuda_half()
         return [half, "fp32"], f"fp32: the GPU's fastest 16-bit type, {half}, did not pass"
     bf16 = hardware.cpu_has_native_bf16()
-    # Native bf16 first: 2.33x torch fp32 through this pipeline against onnx-int8's 1.41x on an
-    # AMX CPU, and its vectors do not depend on the batch (onnx-int8's activations are quantized
-    # per batch). onnx-fp32 is not here: as fast as torch fp32 (0.97x), not faster.
-    order = [*(["bf16"] if bf16 else []), "onnx-int8", "fp32"]
+    # Native bf16 first: 2.2x torch fp32 through this pipeline on an AMX CPU, against 1.2-1.4x
+    # for onnx-int8-token, whose int8 keeps each token's activations apart, so a text's vector
+    # does not depend on its batch. onnx-int8 (activations per batch) is not here: it moves more
+    # of each top 10 and shifts a text's vector with its batch; nor is onnx-fp32, no faster
+    # than torch fp32 (0.97x). BENCHMARKS.md, "Every precision and engine tried".
+    order = [*(["bf16"] if bf16 else []), "onnx-int8-token", "fp32"]
     why = f"fp32: no faster precision passed on this CPU ({hardware.cpu_capability()}" + (
         ")" if bf16 else ", no native bf16)"
     )

@@ -47,6 +47,27 @@ def test_gate_accepts_what_keeps_the_neighbours_and_rejects_what_does_not() -> N
     assert rejected.overlap == pytest.approx(precision.neighbour_overlap(fp32, int8), abs=1e-9)
 
 
+def test_per_token_int8_keeps_the_neighbours_and_ignores_the_batch() -> None:
+    """onnx-int8-token passes the gate where onnx-int8 (one activation scale per batch) fails,
+    and a text's vector is the same alone and among other texts."""
+    accepted = precision.choose(MINILM, "onnx-int8-token", TEXTS)
+    assert accepted.precision == "onnx-int8-token", accepted.note
+    assert accepted.overlap is not None and accepted.overlap >= precision.MIN_OVERLAP
+    per_batch = precision.choose(MINILM, "onnx-int8", TEXTS)
+    assert per_batch.precision == "fp32" and per_batch.note.startswith("onnx-int8 rejected")
+    texts, others = TEXTS[:24], TEXTS[100:220]
+    for name, least in (("onnx-int8-token", 0.99999), ("onnx-int8", 0.0)):
+        model = embedder.get(replace(MINILM, precision=name))
+        assert model.engine == name
+        alone = np.concatenate([model.encode_documents([text]) for text in texts])
+        among = model.encode_documents([*texts, *others])[: len(texts)]
+        cosine = float(np.min(np.sum(alone * among, axis=1)))
+        if least:
+            assert cosine >= least
+        else:  # the per-batch scale moves vectors visibly: what the per-token recipe removes
+            assert cosine < 0.9999
+
+
 def test_auto_takes_the_first_candidate_that_passes() -> None:
     choice = precision.choose(MINILM, "auto", TEXTS)
     order, _ = precision.auto_candidates("cpu")

@@ -46,13 +46,14 @@ CREATE TABLE pgembed.models (
     -- Set on a reindex's shadow: the model it will replace. At most one shadow per model.
     shadow_of            text UNIQUE REFERENCES pgembed.models (name),
     -- What every encoder of the model computes in (sync workers and queries alike): a torch
-    -- precision or an engine (onnx-*, since 0009). Since 0004.
+    -- precision or an engine (onnx-*, since 0009; onnx-int8-token since 0012). Since 0004.
     precision            text NOT NULL DEFAULT 'fp32' CONSTRAINT models_precision_check
-        CHECK (precision IN ('fp32', 'bf16', 'fp16', 'int8', 'onnx-fp32', 'onnx-int8')),
+        CHECK (precision IN
+            ('fp32', 'bf16', 'fp16', 'int8', 'onnx-fp32', 'onnx-int8', 'onnx-int8-token')),
     -- What the user asked for; a request whose retrieval disagrees with fp32's falls back to fp32.
     precision_requested  text NOT NULL DEFAULT 'fp32' CONSTRAINT models_precision_requested_check
         CHECK (precision_requested IN
-            ('auto', 'fp32', 'bf16', 'fp16', 'int8', 'onnx-fp32', 'onnx-int8')),
+            ('auto', 'fp32', 'bf16', 'fp16', 'int8', 'onnx-fp32', 'onnx-int8', 'onnx-int8-token')),
     -- Cosine agreement with fp32 vectors when the precision was checked, and why it was chosen.
     precision_cosine     double precision,
     precision_note       text NOT NULL DEFAULT '',
