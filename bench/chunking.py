@@ -469,7 +469,8 @@ def document(
             "",
             f"Run {datetime.date.today().isoformat()} in {seconds / 60:.1f} min: `{command}`. "
             f"Machine: {machine}. PostgreSQL {postgres}. all-MiniLM-L6-v2 ({precision}, pinned: "
-            "the comparison is of chunking alone) added twice on the same table, `--long-texts truncate` and `--long-texts chunk` (windows "
+            "the comparison is of chunking alone) added twice on the same table, "
+            "`--long-texts truncate` and `--long-texts chunk` (windows "
             f"of max_seq_length - 2 = 254 word pieces, {OVERLAP} shared, at most {MAX_WINDOWS}), "
             "each synced alone with the model loaded. SciFact: the abstracts (title and text), the "
             "test queries, nDCG@10. IMDb known items: one review in "

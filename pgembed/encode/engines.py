@@ -27,6 +27,8 @@ import numpy as np
 import numpy.typing as npt
 import platformdirs
 
+from pgembed.encode import hardware
+
 log = logging.getLogger("pgembed.encode")
 
 Vectors = npt.NDArray[np.float32]
@@ -105,7 +107,11 @@ def load(model: Any, source: str, precision: str, threads: int) -> OnnxEncoder |
     None, said in one warning, when it cannot run here."""
     try:
         path = _graph(model, source, VARIANTS[precision])
-        return OnnxEncoder(_session(path, threads), model)
+        encoder = OnnxEncoder(_session(path, threads), model)
+        # a graph that loads may still fail when it runs: find out now, not in the first batch
+        if not np.isfinite(encoder.encode(["an example text", "a second, longer one"])).all():
+            raise ValueError("the engine's first vectors are not finite")
+        return encoder
     except Exception as exc:  # any failure of an optional engine: torch fp32 still works
         reason = _one_line(exc)
         log.warning("engine %s unavailable (%s): encoding with torch fp32", precision, reason)
@@ -130,7 +136,7 @@ def _graph(model: Any, source: str, variant: Variant) -> Path:
         raise ValueError("the checkpoint has a default prompt")
     directory = cache_dir() / _key(source)
     fused = directory / "fused.onnx"
-    path = directory / f"{variant.precision}.onnx" if variant.int8 else fused
+    path = directory / f"{_file_stem(variant)}.onnx" if variant.int8 or variant.per_token else fused
     if path.exists():
         return path
     directory.mkdir(parents=True, exist_ok=True)
@@ -139,7 +145,7 @@ def _graph(model: Any, source: str, variant: Variant) -> Path:
         if not fused.exists():
             _export_fused(model, fused)
         if variant.per_token:
-            _per_token(fused, path)
+            _per_token(fused, path, signed_weights=hardware.cpu_has_vnni())
         elif variant.int8:
             _quantize(fused, path, variant)
     log.info(
@@ -264,12 +270,20 @@ def _quantize(fused: Path, target: Path, variant: Variant) -> None:
     )
 
 
-def _per_token(fused: Path, target: Path) -> None:
+def _file_stem(variant: Variant) -> str:
+    """A per-token graph's weights are int8 only where the CPU has VNNI (pertoken.py): the two
+    forms are different files, so a cache shared by different CPUs holds both."""
+    if variant.per_token and not hardware.cpu_has_vnni():
+        return f"{variant.precision}-u8weights"
+    return variant.precision
+
+
+def _per_token(fused: Path, target: Path, signed_weights: bool) -> None:
     import onnx
 
     from pgembed.encode import pertoken
 
-    model = pertoken.quantized(onnx.load(str(fused)))
+    model = pertoken.quantized(onnx.load(str(fused)), signed_weights)
     _atomic(target, lambda tmp: onnx.save(model, str(tmp)))
 
 

@@ -12,6 +12,7 @@ DEVICES = ("auto", "cpu", "cuda")
 
 # CPU features that multiply bf16 in hardware (x86: AVX512-BF16, AMX; arm64: the BF16 extension).
 _BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+_VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
 _threads_lock = threading.Lock()
 _threads_set = False
@@ -57,6 +58,12 @@ def cpu_has_native_bf16() -> bool:
     if cpu_capability() in ("AVX2", "NO AVX"):
         return False
     return any(flag in cpu_features() for flag in _BF16_FLAGS)
+
+
+def cpu_has_vnni() -> bool:
+    """x86's 8-bit dot products (VNNI, AMX): onnxruntime multiplies uint8 by int8 exactly with
+    them; without them its AVX2 kernel adds pairs of products in 16 bits, which can saturate."""
+    return any(flag in cpu_features() for flag in _VNNI_FLAGS)
 
 
 def cpu_capability() -> str:

@@ -131,7 +131,7 @@ def auto_candidates(device: str) -> tuple[list[str], str]:
         half = hardware.cuda_half()
         return [half, "fp32"], f"fp32: the GPU's fastest 16-bit type, {half}, did not pass"
     bf16 = hardware.cpu_has_native_bf16()
-    # Native bf16 first: 2.2x torch fp32 through this pipeline on an AMX CPU, against 1.2-1.4x
+    # Native bf16 first: 2.2x torch fp32 through this pipeline on an AMX CPU, against 1.35x
     # for onnx-int8-token, whose int8 keeps each token's activations apart, so a text's vector
     # does not depend on its batch. onnx-int8 (activations per batch) is not here: it moves more
     # of each top 10 and shifts a text's vector with its batch; nor is onnx-fp32, no faster

@@ -56,16 +56,31 @@ def test_per_token_int8_keeps_the_neighbours_and_ignores_the_batch() -> None:
     per_batch = precision.choose(MINILM, "onnx-int8", TEXTS)
     assert per_batch.precision == "fp32" and per_batch.note.startswith("onnx-int8 rejected")
     texts, others = TEXTS[:24], TEXTS[100:220]
-    for name, least in (("onnx-int8-token", 0.99999), ("onnx-int8", 0.0)):
+
+    def alone_against_among(name: str) -> float:
         model = embedder.get(replace(MINILM, precision=name))
         assert model.engine == name
         alone = np.concatenate([model.encode_documents([text]) for text in texts])
         among = model.encode_documents([*texts, *others])[: len(texts)]
-        cosine = float(np.min(np.sum(alone * among, axis=1)))
-        if least:
-            assert cosine >= least
-        else:  # the per-batch scale moves vectors visibly: what the per-token recipe removes
-            assert cosine < 0.9999
+        return float(np.min(np.sum(alone * among, axis=1)))
+
+    assert alone_against_among("onnx-int8-token") >= 0.99999
+    assert alone_against_among("onnx-int8") < 0.9999  # the per-batch scale moves vectors visibly
+
+
+def test_without_vnni_the_weights_are_uint8_and_the_vectors_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where onnxruntime's uint8 x int8 kernel could saturate (no VNNI), the per-token graph
+    stores uint8 weights instead: a file of its own, and the same vectors."""
+    settings = replace(MINILM, precision="onnx-int8-token", max_seq_length=96)  # not loaded yet
+    signed = embedder.get(settings).encode_documents(TEXTS[:48])
+    monkeypatch.setattr(hardware, "cpu_has_vnni", lambda: False)
+    unsigned = embedder.get(replace(settings, max_seq_length=95))  # another key: a new load
+    assert unsigned.engine == "onnx-int8-token"
+    assert list(engines.cache_dir().glob("*/onnx-int8-token-u8weights.onnx"))
+    cosine = np.sum(signed * unsigned.encode_documents(TEXTS[:48]), axis=1)
+    assert float(cosine.min()) > 0.99999  # 95 word pieces against 96: these texts are shorter (81)
 
 
 def test_auto_takes_the_first_candidate_that_passes() -> None:
