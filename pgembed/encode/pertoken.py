@@ -15,9 +15,9 @@ float. The fused Attention ops carry their QKV projection inside; each becomes a
 MatMul, a Split and onnxruntime's MultiHeadAttention with the same bias and the padding mask.
 
 The weights are int8 where the CPU has VNNI or AMX. Elsewhere onnxruntime's AVX2 kernel for
-uint8 x int8 adds pairs of products in 16 bits, which saturate at these ranges; there they are
-stored as uint8 with zero point 128, which its kernels multiply exactly (4x slower on a VNNI CPU,
-hence not everywhere). The integer products are then exact on every CPU.
+uint8 x int8 adds pairs of products in 16 bits, which can saturate at these ranges; there they
+are stored as uint8 with zero point 128, which its kernels multiply exactly (the model ran 1.46x
+slower so on a VNNI CPU, hence not everywhere). The integer products are exact on every CPU.
 
 A graph the rewrite does not recognise raises ValueError: the engine is then unavailable and
 the model encodes with torch fp32 (engines.load).
