@@ -19,17 +19,21 @@ from pgembed.catalog.registry import ModelSpec
 from pgembed.encode.embedder import Vectors
 
 
+def _names(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, sql.Composable]:
+    """What both queries below name: the key, the table, the vector column, `<=>` qualified."""
+    return {
+        "key": sql.Identifier(spec.key_column),
+        "table": naming.table(spec),
+        "col": sql.Identifier(spec.embedding_column),
+        "distance": db.distance_operator(conn),
+    }
+
+
 def _top_k(conn: psycopg.Connection, spec: ModelSpec, tie_break: bool) -> sql.Composed:
     return sql.SQL(
         "SELECT t.{key}::text FROM {table} t WHERE t.{col} IS NOT NULL "
         "ORDER BY t.{col} {distance} %(q)s{tie} LIMIT %(k)s"
-    ).format(
-        key=sql.Identifier(spec.key_column),
-        table=naming.table(spec),
-        col=sql.Identifier(spec.embedding_column),
-        distance=db.distance_operator(conn),
-        tie=sql.SQL(", 1") if tie_break else sql.SQL(""),
-    )
+    ).format(**_names(conn, spec), tie=sql.SQL(", 1") if tie_break else sql.SQL(""))
 
 
 def _best_windows(conn: psycopg.Connection, spec: ModelSpec) -> sql.Composed:
@@ -41,13 +45,7 @@ def _best_windows(conn: psycopg.Connection, spec: ModelSpec) -> sql.Composed:
         "UNION ALL SELECT t.{key}::text, c.embedding {distance} %(q)s FROM {chunks} c "
         "JOIN {table} t ON t.{key} OPERATOR(pg_catalog.=) c.key WHERE t.{col} IS NOT NULL) u "
         "GROUP BY u.key ORDER BY pg_catalog.min(u.distance), u.key LIMIT %(k)s"
-    ).format(
-        key=sql.Identifier(spec.key_column),
-        table=naming.table(spec),
-        col=sql.Identifier(spec.embedding_column),
-        chunks=naming.chunk_table(spec),
-        distance=db.distance_operator(conn),
-    )
+    ).format(**_names(conn, spec), chunks=naming.chunk_table(spec))
 
 
 # A chunked model's indexed top k is pgembed.search's: two index scans merged (_semantic_v1).

@@ -46,18 +46,21 @@ def _embed_windows(embedder: Embedder, result: Embedded, max_windows: int) -> No
     """Embed the windows of the rows embedded so far; a row one of whose windows fails fails
     whole (its first vector is not written without the rest). Truncated: what the last window
     does not reach."""
-    found = embedder.chunk_windows(
-        [row.text for row in result.rows], defaults.CHUNK_OVERLAP, max_windows
-    )
+    # Only rows past their first window (flagged truncated by _embed_into) have more windows:
+    # the others need no second tokenizing.
+    long = set(result.truncated)
+    rows = [row for row in result.rows if row.key in long]
+    found = embedder.chunk_windows([row.text for row in rows], defaults.CHUNK_OVERLAP, max_windows)
     pieces: list[SourceRow] = []
     numbers: dict[int, int] = {}  # id of a piece -> its window number
-    for row, windows in zip(result.rows, found, strict=True):
+    for row, windows in zip(rows, found, strict=True):
         for number, (start, end) in enumerate(windows.spans, start=1):
             piece = SourceRow(row.key, row.text[start:end], row.text_md5)
             numbers[id(piece)] = number
             pieces.append(piece)
-    cut = {row.key for row, w in zip(result.rows, found, strict=True) if w.rest or row.cut}
-    result.truncated = sorted(cut)
+    result.truncated = sorted(
+        row.key for row, w in zip(rows, found, strict=True) if w.rest or row.cut
+    )
     embedded = embed_rows(embedder, pieces)
     for piece, vector in zip(embedded.rows, embedded.matrix(), strict=True):
         result.chunks.append((piece.key, numbers[id(piece)], vector))
