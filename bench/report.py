@@ -30,6 +30,8 @@ def throughput(t: Throughput) -> str:
     ba, bc = t.sync_rows_per_s / t.naive_rows_per_s, t.sync_rows_per_s / t.encode_rows_per_s
     ba_indexed = t.sync_rows_per_s / t.naive_indexed_rows_per_s
     bc_unindexed = t.sync_unindexed_rows_per_s / t.encode_rows_per_s
+    backfill_a = t.backfill_rows_per_s / t.naive_rows_per_s
+    backfill_c = t.backfill_rows_per_s / t.encode_rows_per_s
     d = t.sync_rows_per_s / t.ceiling_rows_per_s
     return "\n".join(
         [
@@ -45,6 +47,9 @@ def throughput(t: Throughput) -> str:
             f"b/a = {ba:.2f} | >= 1.7: {_verdict(ba >= 1.7)} |",
             f"| b'. the same without the model's HNSW index | "
             f"{t.sync_unindexed_rows_per_s:.1f} | b'/c = {bc_unindexed:.2f} | (context) |",
+            f"| b''. `model add --backfill`: the rows without the index, then the index built "
+            f"over them (timed) | {t.backfill_rows_per_s:.1f} | b''/a = {backfill_a:.2f}, "
+            f"b''/c = {backfill_c:.2f} | (context) |",
             f"| c. pgembed's bare encode, same settings | {t.encode_rows_per_s:.1f} | "
             f"b/c = {bc:.2f} | >= 0.9: {_verdict(bc >= 0.9)} |",
             f"| d. FLOP ceiling: {t.peak_gflops:.0f} GFLOP/s measured ({t.precision} matmul) / "

@@ -29,10 +29,12 @@ OnWait = Callable[[str], None]  # told one line each time a lock could not be ha
 FULLTEXT_CONFIG = "english"
 
 
-def create(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    """Column, index, chunk table and triggers; run inside the caller's transaction."""
+def create(conn: psycopg.Connection, spec: ModelSpec, *, index: bool = True) -> None:
+    """Column, index (unless `index` is False), chunk table and triggers; run inside the
+    caller's transaction."""
     add_column(conn, spec)
-    create_index(conn, spec)
+    if index:
+        create_index(conn, spec)
     create_chunks(conn, spec)
     capture.create_triggers(conn, spec)
 

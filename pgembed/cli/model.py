@@ -10,7 +10,14 @@ import click
 from pgembed import defaults
 from pgembed.catalog import naming, registry
 from pgembed.cli.app import App, pass_app
-from pgembed.cli.reindex import describe, fill_options, hnsw_options, run_options, run_reindex
+from pgembed.cli.reindex import (
+    describe,
+    fill_options,
+    hnsw_options,
+    run_backfill,
+    run_options,
+    run_reindex,
+)
 from pgembed.encode import precision
 from pgembed.lifecycle import models, reindex
 
@@ -58,7 +65,10 @@ def model_group() -> None:
     type=click.Choice(precision.REQUESTS),
     default="auto",
     show_default=True,
-    help="Arithmetic of the encoder; kept only if its vectors agree with fp32 (cosine >= 0.999).",
+    help=(
+        "Arithmetic of the encoder; kept only if retrieval agrees with fp32 "
+        f"(top-10 neighbours of the table's texts, overlap >= {precision.MIN_OVERLAP})."
+    ),
 )
 @click.option(
     "--long-texts",
@@ -67,6 +77,12 @@ def model_group() -> None:
     show_default=True,
     help="A text longer than the model's window: embed its first window only (truncate), or "
     "every window, a row ranked by its best (chunk; README: Long texts).",
+)
+@click.option(
+    "--backfill",
+    is_flag=True,
+    help="Embed the existing rows now, then build the HNSW index over them: faster than the "
+    "daemon inserting each vector into the index (README: Backfills).",
 )
 @pass_app
 def model_add(
@@ -84,6 +100,7 @@ def model_add(
     fulltext: bool,
     precision_: str,
     long_texts: str,
+    backfill: bool,
 ) -> None:
     """Register model NAME on a table's text column(s) and queue its existing rows."""
     request = models.AddRequest(
@@ -100,6 +117,7 @@ def model_add(
         fulltext=fulltext,
         precision=precision_,
         long_texts=long_texts,
+        index=not backfill,
     )
     with app.connect() as conn:
         spec, queued = models.add(conn, request, on_wait=_say_waiting)
@@ -108,9 +126,12 @@ def model_add(
         f"dimensions) on {spec.qualified_table}.{'+'.join(spec.text_columns)} -> "
         f"{spec.embedding_column}"
         + (f" and {spec.table_schema}.{naming.chunk_table_name(spec)}" if spec.chunked else "")
-        + f"; {queued} rows queued (run `pgembed sync`)"
+        + f"; {queued} rows queued"
+        + ("" if backfill else " (run `pgembed sync`)")
     )
     click.echo(f"precision {spec.precision}: {spec.precision_note}")
+    if backfill:
+        run_backfill(app, spec.name)
 
 
 def _say_waiting(line: str) -> None:

@@ -15,7 +15,7 @@ from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.cli.app import App, stopping
 from pgembed.errors import UsageError
-from pgembed.lifecycle import indexbuild, reindex
+from pgembed.lifecycle import backfill, indexbuild, reindex
 
 F = Callable[..., Any]
 
@@ -133,6 +133,24 @@ def run_reindex(app: App, name: str, options: reindex.Options) -> None:
         f"model {name}: version {spec.version} ({describe(spec)}) is live in "
         f"{spec.embedding_column}; the previous column and index were dropped"
     )
+
+
+def run_backfill(app: App, name: str) -> None:
+    """`model add --backfill`: the new model's rows, then its index, with progress."""
+    # A sync daemon's claims: a reindex's smaller ones make way for the live model, absent here.
+    options = reindex.Options(claim_size=defaults.CPU_CLAIM_SIZE)
+    with _Bars() as reporter:
+        runner = backfill.Backfill(app.url, name, options, reporter)
+        with stopping(runner.stop):
+            spec = runner.run()
+    if spec is None:
+        click.echo(
+            f"pgembed: backfill of {name} stopped; its queued rows wait for `pgembed sync`, and "
+            f"`pgembed reindex {name} --index-only` builds its index (searches scan until then)",
+            err=True,
+        )
+        sys.exit(130)
+    click.echo(f"model {name}: rows embedded, index {naming.index_name(spec)} built")
 
 
 def _rebuild_index(app: App, name: str, kw: dict[str, Any]) -> None:

@@ -49,6 +49,16 @@ def _chunks_text(m: dict[str, Any]) -> str:
     )
 
 
+def _index_text(m: dict[str, Any]) -> str:
+    """Nothing while the model's HNSW index is built; else what searches do and how to build it."""
+    if m["index"] == "built":
+        return ""
+    return (
+        f"  HNSW index {m['index']}: searches scan the column exactly; "
+        f"`pgembed reindex {m['name']} --index-only` builds it\n"
+    )
+
+
 def _status_text(conn: psycopg.Connection, report: list[dict[str, Any]]) -> str:
     if not report:
         return "no models: add one with `pgembed model add`"
@@ -64,6 +74,7 @@ def _status_text(conn: psycopg.Connection, report: list[dict[str, Any]]) -> str:
             f"lag {m['lag_seconds']:.1f}s  failed {m['failed']}  truncated {m['truncated']}  "
             f"{m['rows_per_second']:.1f} rows/s  workers {len(m['workers'])}\n"
             + _chunks_text(m)
+            + _index_text(m)
             + f"  precision {m['precision']}: {m['precision_note']}"
         )
         if m.get("reindex"):

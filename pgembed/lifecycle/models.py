@@ -29,6 +29,7 @@ class AddRequest:
     fulltext: bool = False  # also create the GIN index hybrid search needs
     precision: str = "auto"  # auto, fp32, bf16, int8 or an engine: see precision.choose
     long_texts: str = "truncate"  # or "chunk": see registry.LONG_TEXTS
+    index: bool = True  # False: the HNSW index comes after the rows (see backfill.py)
 
 
 def add(
@@ -92,7 +93,7 @@ def add(
         ddl.lock_table(conn, spec)
         registry.insert(conn, spec)
         registry.record_version(conn, spec, spec.name, active=True)
-        ddl.create(conn, spec)
+        ddl.create(conn, spec, index=request.index)
         if request.fulltext:
             ddl.create_fulltext_index(conn, spec)
         return capture.enqueue_existing(conn, spec)

@@ -106,8 +106,8 @@ def begin(conn: psycopg.Connection, name: str, change: Change | None) -> tuple[M
             f"run `pgembed reindex {name}` to finish it or `pgembed reindex {name} --abort`"
         )
     wanted = change or Change()
-    # The precision is checked again for the new settings: a precision one checkpoint keeps to
-    # 0.999 of fp32 another may not.
+    # The precision is checked again for the new settings: a precision that keeps one
+    # checkpoint's neighbours may not keep another's.
     shadow = models.with_precision(
         conn, new_version(spec, wanted), _pick(wanted.precision, spec.precision_requested)
     )
@@ -205,8 +205,9 @@ class Options:
     build: indexbuild.BuildSettings = field(default_factory=indexbuild.BuildSettings)
 
 
-class Reindex:
-    """Fill a model's shadow, build its index concurrently, fill again, then switch."""
+class Filling:
+    """Embed one model's queue with this process's worker, then build its index concurrently:
+    what a reindex does for its shadow and `model add --backfill` for a new model."""
 
     def __init__(
         self, url: str, name: str, options: Options, reporter: Reporter | None = None
@@ -224,41 +225,17 @@ class Reindex:
         if self._worker is not None:
             self._worker.stop()
 
-    def run(self) -> ModelSpec | None:
-        """The model as switched in, or None when stopped before the switch."""
-        with db.connection(self.url) as conn:
-            shadow = registry.shadow(conn, self.name)
-            if shadow is None:
-                raise UsageError(f"model {self.name!r} has no reindex in progress")
-        if not self._fill(shadow):
-            return None
-        self.reporter.phase("building index")
-        built = indexbuild.build(
-            self.url,
-            shadow,
-            naming.index_name(shadow),
-            self.options.build,
-            self.reporter.index,
-            self.stop_event,
-        )
-        # Rows changed while the index was built are queued again: embed them before the switch.
-        if not built or not self._fill(shadow):
-            return None
-        self.reporter.phase("switching")
-        with db.connection(self.url) as conn:
-            return switch.swap_in(conn, self.name)
-
-    def _fill(self, shadow: ModelSpec) -> bool:
-        """Embed until the shadow's queue is empty, waiting out other workers' leases."""
+    def _fill(self, spec: ModelSpec) -> bool:
+        """Embed until the model's queue is empty, waiting out other workers' leases."""
         self.reporter.phase("embedding")
         while not self.stop_event.is_set():
             with db.connection(self.url) as conn:
-                done = progress(conn, shadow)
+                done = progress(conn, spec)
             self.reporter.rows(done.embedded, done.embedded + done.queued)
             if done.queued == 0:
                 return True
             options = worker.Options(
-                models=(shadow.name,),
+                models=(spec.name,),
                 claim_size=self.options.claim_size,
                 lease_seconds=self.options.lease_seconds,
                 max_attempts=self.options.max_attempts,
@@ -268,13 +245,45 @@ class Reindex:
             if self.stop_event.is_set():
                 return False
             if self._worker.run().written == 0:
-                self._wait_for_leases(shadow)
+                self._wait_for_leases(spec)
         return False
 
-    def _wait_for_leases(self, shadow: ModelSpec) -> None:
+    def _build_index(self, spec: ModelSpec) -> bool:
+        """The model's HNSW index, built concurrently over its filled column; False if stopped."""
+        self.reporter.phase("building index")
+        return indexbuild.build(
+            self.url,
+            spec,
+            naming.index_name(spec),
+            self.options.build,
+            self.reporter.index,
+            self.stop_event,
+        )
+
+    def _wait_for_leases(self, spec: ModelSpec) -> None:
         """Keys claimed by another (or a killed) worker, or backing off, come back by themselves."""
         with db.connection(self.url) as conn:
             query = sqlfiles.get("lifecycle", "next_lease_seconds")
-            row = conn.execute(query, {"model": shadow.name}).fetchone()
+            row = conn.execute(query, {"model": spec.name}).fetchone()
         wait = row[0] if row and row[0] is not None else 0.0
         self.stop_event.wait(min(max(wait, 0.1), 5.0))
+
+
+class Reindex(Filling):
+    """Fill a model's shadow, build its index concurrently, fill again, then switch."""
+
+    def run(self) -> ModelSpec | None:
+        """The model as switched in, or None when stopped before the switch."""
+        with db.connection(self.url) as conn:
+            shadow = registry.shadow(conn, self.name)
+            if shadow is None:
+                raise UsageError(f"model {self.name!r} has no reindex in progress")
+        if not self._fill(shadow):
+            return None
+        built = self._build_index(shadow)
+        # Rows changed while the index was built are queued again: embed them before the switch.
+        if not built or not self._fill(shadow):
+            return None
+        self.reporter.phase("switching")
+        with db.connection(self.url) as conn:
+            return switch.swap_in(conn, self.name)

@@ -25,6 +25,7 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
     problem = broken(conn, spec)
     rows_total, rows_embedded = (None, None) if problem else _counts(conn, spec)
     chunks = None if problem else _chunks(conn, spec)
+    index = None if problem else _index(conn, spec)
     with conn.cursor(row_factory=dict_row) as cur:
         stats = (
             cur.execute(sqlfiles.get("lifecycle", "queue_stats"), {"model": spec.name}).fetchone()
@@ -48,6 +49,9 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
         "long_texts": spec.long_texts,
         # A chunked model's windows past the first (0 for a model that truncates).
         "chunks": chunks,
+        # The HNSW index: built, invalid (an interrupted build) or missing (`model add --backfill`
+        # before its end, or dropped by hand); searches scan the column without one.
+        "index": index,
         "queued": stats.get("queued", 0),
         "oldest_queued_seconds": round(oldest, 3) if oldest is not None else None,
         "lag_seconds": round(oldest, 3) if oldest is not None else 0.0,
@@ -80,6 +84,11 @@ def _counts(conn: psycopg.Connection, spec: ModelSpec) -> tuple[int, int]:
         )
     ).fetchone()
     return (counts[0], counts[1]) if counts else (0, 0)
+
+
+def _index(conn: psycopg.Connection, spec: ModelSpec) -> str:
+    valid = ddl.index_valid(conn, spec.table_schema, naming.index_name(spec))
+    return {True: "built", False: "invalid", None: "missing"}[valid]
 
 
 def _chunks(conn: psycopg.Connection, spec: ModelSpec) -> int:

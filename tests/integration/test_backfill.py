@@ -1,0 +1,97 @@
+"""`model add --backfill`: the rows first, then the HNSW index built over them; a stopped
+backfill leaves the rows to the daemons and the index to `reindex --index-only`."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+
+from helpers import cli
+from pgembed.catalog import ddl, registry
+from pgembed.errors import UsageError
+from pgembed.lifecycle import backfill, models, reindex
+from pgembed.search import helpers
+from pgembed.sync import worker
+from reindex_helpers import TEXTS, assert_vectors, make_table
+
+
+def status_of(db_url: str) -> dict[str, object]:
+    result = cli("--database-url", db_url, "status", "--json")
+    assert result.exit_code == 0, result.output
+    (model,) = json.loads(result.output)
+    return dict(model)
+
+
+def test_backfill_embeds_every_row_then_builds_the_index(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    make_table(conn, TEXTS)
+    result = cli(
+        "--database-url", db_url, "model", "add", "minilm", "--table", "docs", "--column", "body",
+        "--precision", "fp32", "--backfill",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "40 rows queued" in result.output and "(run `pgembed sync`)" not in result.output
+    assert "index pgembed_minilm_hnsw built" in result.output
+    assert_vectors(conn, TEXTS)  # fp32 vectors of every row, as a sync writes them
+    assert ddl.index_valid(conn, "public", "pgembed_minilm_hnsw") is True
+    status = status_of(db_url)
+    assert (status["queued"], status["rows_embedded"], status["index"]) == (0, 40, "built")
+    # Rows written afterwards go through the capture triggers and the daemon, into the index.
+    conn.execute("INSERT INTO docs VALUES (41, 'The kettle boils water in a minute.', 4)")
+    worker.Worker(db_url, worker.Options(once=True)).run()
+    spec = registry.get(conn, "minilm")
+    assert helpers.query(conn, spec, "a kettle that boils water quickly", k=1)[0].key == 41
+    # The new row is in the index the backfill built: an index scan finds it.
+    nearest = (
+        "SELECT id FROM docs ORDER BY embedding_minilm <=> "
+        "(SELECT embedding_minilm FROM docs WHERE id = 41) LIMIT 1"
+    )
+    with conn.transaction():
+        conn.execute("SET LOCAL enable_seqscan = off")
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + nearest))
+        assert "pgembed_minilm_hnsw" in plan
+        assert conn.execute(nearest).fetchone() == (41,)
+
+
+def test_a_stopped_backfill_leaves_rows_to_sync_and_the_index_to_reindex(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    make_table(conn, TEXTS)
+    request = models.AddRequest("minilm", "docs", "body", precision="fp32", index=False)
+    spec, queued = models.add(conn, request)
+    assert queued == 40
+
+    class StopAfterFirstBatch(reindex.Reporter):
+        def advance(self, rows: int) -> None:
+            runner.stop()
+
+    runner = backfill.Backfill(
+        db_url, "minilm", reindex.Options(claim_size=8), StopAfterFirstBatch()
+    )
+    assert runner.run() is None
+    (embedded,) = conn.execute("SELECT count(embedding_minilm) FROM docs").fetchone() or (0,)
+    assert 8 <= embedded < 40  # the batches in hand (one prefetched) are written, no more
+    assert ddl.index_valid(conn, "public", "pgembed_minilm_hnsw") is None
+    text = cli("--database-url", db_url, "status")
+    assert "HNSW index missing: searches scan the column exactly" in text.output
+    assert "`pgembed reindex minilm --index-only` builds it" in text.output
+    # Searches work meanwhile, by an exact scan of the rows embedded so far.
+    (first,) = conn.execute("SELECT id FROM docs WHERE embedding_minilm IS NOT NULL LIMIT 1")
+    assert helpers.query(conn, spec, TEXTS[first[0]], k=1)[0].key == first[0]
+
+    worker.Worker(db_url, worker.Options(once=True)).run()  # the daemons finish the rows
+    assert_vectors(conn, TEXTS)
+    result = cli("--database-url", db_url, "reindex", "minilm", "--index-only")
+    assert result.exit_code == 0, result.output
+    assert status_of(db_url)["index"] == "built"
+
+
+def test_backfill_refuses_a_reindex_shadow(conn: psycopg.Connection, db_url: str) -> None:
+    make_table(conn, TEXTS)
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+    shadow, _ = reindex.begin(conn, "minilm", None)
+    with pytest.raises(UsageError, match="is a reindex shadow"):
+        backfill.Backfill(db_url, shadow.name, reindex.Options()).run()
