@@ -3,6 +3,7 @@ can read, and pools."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -108,6 +109,16 @@ def connection(url: str, *, autocommit: bool = True) -> Iterator[psycopg.Connect
         yield conn
     finally:
         conn.close()
+
+
+def is_local(conn: psycopg.Connection) -> bool:
+    """Whether the server shares this machine's cores: a Unix socket or a loopback address."""
+    if conn.info.host.startswith(("/", "@")):  # a socket directory, or Linux's abstract namespace
+        return True
+    try:
+        return ipaddress.ip_address(conn.info.hostaddr).is_loopback
+    except ValueError:  # no address: not a TCP connection we can place
+        return False
 
 
 def first_line(exc: BaseException) -> str:

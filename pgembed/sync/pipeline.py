@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from functools import partial
 from typing import TypeVar
 
@@ -22,6 +23,7 @@ import psycopg
 
 from pgembed import db
 from pgembed.catalog.registry import ModelSpec
+from pgembed.encode import sharing
 from pgembed.sync.batch import (
     BatchConfig,
     BatchResult,
@@ -59,6 +61,8 @@ class Pipeline:
         interrupt: Callable[[], bool] = lambda: False,
     ) -> None:
         self._conn = conn  # used only by the I/O thread while run() runs
+        # A local server's write-backs take a core from the encode beside them (encode/sharing.py).
+        self._local = db.is_local(conn)
         self._busy = list(specs)
         self._turn = 0
         self._config = config
@@ -95,6 +99,7 @@ class Pipeline:
             finally:
                 self._abandon(io, upcoming)
                 self._held.clear()  # nothing outlives the drain: renewing it would strand it
+                sharing.restore()  # on this, the encoding thread
         return did_work
 
     def _fetch_next(self) -> Claimed | None:
@@ -114,10 +119,11 @@ class Pipeline:
         now = time.monotonic()
         seconds, self._last_done = now - self._last_done, now  # wall time per batch, overlapped
         try:
-            stored = self._guarded(
-                claimed.spec,
-                partial(write_back, self._conn, claimed, result, self._config, seconds),
-            )
+            with sharing.database_working() if self._local else nullcontext():
+                stored = self._guarded(
+                    claimed.spec,
+                    partial(write_back, self._conn, claimed, result, self._config, seconds),
+                )
         finally:
             self._held.drop(claimed.claims)
         return None if stored is None else (claimed.spec, stored)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import psycopg
+import torch
 
 from daemon_helpers import assert_every_vector_matches_its_text, fill
 from helpers import run_batch
+from pgembed import db
 from pgembed.catalog import registry
 from pgembed.encode import batches, embedder
 from pgembed.lifecycle import models
@@ -66,8 +68,13 @@ def test_pipelined_worker_writes_the_same_vectors_as_the_plain_path(
 ) -> None:
     fill(reviews, 60)
     models.add(reviews, models.AddRequest("plain", "reviews", "body", precision="fp32"))
+    # A local server: encodes beside a write-back run on a thread fewer (encode/sharing.py),
+    # which changes no vector, and the drain gives the thread back.
+    assert db.is_local(reviews)
+    threads = torch.get_num_threads()
     stats = worker.Worker(db_url, worker.Options(models=("minilm",), once=True, claim_size=7)).run()
     assert stats.written == 68
+    assert torch.get_num_threads() == threads
     config = batch.BatchConfig("plain-worker", claim_size=7, lease_seconds=60, max_attempts=3)
     plain_spec = registry.get(reviews, "plain")
     while run_batch(reviews, plain_spec, config) is not None:
