@@ -112,7 +112,7 @@ def backfill_then_index(database: Database, spec: ModelSpec, repeats: int, rows:
         conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(index))
         conn.execute("UPDATE reviews SET embedding_minilm = NULL")
         capture.enqueue_existing(conn, spec)
-        options = reindex.Options(claim_size=defaults.CPU_CLAIM_SIZE)
+        options = reindex.Options(claim_size=defaults.BACKFILL_CLAIM_SIZE)
         runner = backfill.Backfill(database.url, spec.name, options)
         seconds.append(timed(runner.run))
     assert conn.execute("SELECT count(embedding_minilm) FROM reviews").fetchone() == (rows,)

@@ -36,6 +36,10 @@ CUDA_CLAIM_SIZE = 1024
 # A reindex fills its shadow beside a live model: smaller claims keep the live model's batches
 # from waiting long behind it.
 REINDEX_CLAIM_SIZE = 64
+# `model add --backfill` (a new model, a long queue, a command in the foreground): larger claims
+# sort more texts together, so batches pad less; 2,000-row fills without the index took a median
+# 4.84 s against 5.30 s with the daemon's 256 (four alternated pairs).
+BACKFILL_CLAIM_SIZE = 1024
 
 # Index builds: HNSW builds fastest when the graph fits in maintenance_work_mem.
 MAINTENANCE_WORK_MEM = "1GB"

@@ -137,8 +137,7 @@ def run_reindex(app: App, name: str, options: reindex.Options) -> None:
 
 def run_backfill(app: App, name: str) -> None:
     """`model add --backfill`: the new model's rows, then its index, with progress."""
-    # A sync daemon's claims: a reindex's smaller ones make way for the live model, absent here.
-    options = reindex.Options(claim_size=defaults.CPU_CLAIM_SIZE)
+    options = reindex.Options(claim_size=defaults.BACKFILL_CLAIM_SIZE)
     with _Bars() as reporter:
         runner = backfill.Backfill(app.url, name, options, reporter)
         with stopping(runner.stop):
