@@ -117,7 +117,7 @@ def is_local(conn: psycopg.Connection) -> bool:
         return True
     try:
         return ipaddress.ip_address(conn.info.hostaddr).is_loopback
-    except ValueError:  # no address: not a TCP connection we can place
+    except (ValueError, psycopg.NotSupportedError):  # no address, or a libpq before 12
         return False
 
 

@@ -14,6 +14,7 @@ from pgembed import defaults
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.cli.app import App, stopping
+from pgembed.encode import hardware
 from pgembed.errors import UsageError
 from pgembed.lifecycle import backfill, indexbuild, reindex
 
@@ -122,13 +123,11 @@ def reindex_cmd(app: App, /, name: str, index_only: bool, abort: bool, **kw: Any
 def run_reindex(app: App, name: str, options: reindex.Options) -> None:
     with _Bars() as reporter:
         runner = reindex.Reindex(app.url, name, options, reporter)
-        with stopping(runner.stop):
-            spec = runner.run()
-    if spec is None:
-        click.echo(
-            f"pgembed: reindex of {name} stopped: run `pgembed reindex {name}` to resume", err=True
+        spec = _until_done(
+            runner.run,
+            runner.stop,
+            f"reindex of {name} stopped: run `pgembed reindex {name}` to resume",
         )
-        sys.exit(130)
     click.echo(
         f"model {name}: version {spec.version} ({describe(spec)}) is live in "
         f"{spec.embedding_column}; the previous column and index were dropped"
@@ -137,19 +136,22 @@ def run_reindex(app: App, name: str, options: reindex.Options) -> None:
 
 def run_backfill(app: App, name: str) -> None:
     """`model add --backfill`: the new model's rows, then its index, with progress."""
-    options = reindex.Options(claim_size=defaults.BACKFILL_CLAIM_SIZE)
+    device = hardware.resolve_device("auto")
+    options = reindex.Options(claim_size=defaults.BACKFILL_CLAIM_SIZE, device=device)
     with _Bars() as reporter:
         runner = backfill.Backfill(app.url, name, options, reporter)
-        with stopping(runner.stop):
-            spec = runner.run()
-    if spec is None:
-        click.echo(
-            f"pgembed: backfill of {name} stopped; its queued rows wait for `pgembed sync`, and "
+        spec = _until_done(
+            runner.run,
+            runner.stop,
+            f"backfill of {name} stopped; its queued rows wait for `pgembed sync`, and "
             f"`pgembed reindex {name} --index-only` builds its index (searches scan until then)",
-            err=True,
         )
-        sys.exit(130)
-    click.echo(f"model {name}: rows embedded, index {naming.index_name(spec)} built")
+    with app.connect() as conn:
+        done = reindex.progress(conn, spec)
+    left = f"; {done.queued} rows still queued for `pgembed sync`" if done.queued else ""
+    click.echo(
+        f"model {name}: {done.embedded} rows embedded, index {naming.index_name(spec)} built{left}"
+    )
 
 
 def _rebuild_index(app: App, name: str, kw: dict[str, Any]) -> None:
@@ -157,17 +159,27 @@ def _rebuild_index(app: App, name: str, kw: dict[str, Any]) -> None:
     with _Bars() as reporter:
         reporter.phase("building index")
         stop = threading.Event()
-        with stopping(stop.set):
-            spec = indexbuild.rebuild(
+        spec = _until_done(
+            lambda: indexbuild.rebuild(
                 app.url, name, kw["m"], kw["ef_construction"], options.build, reporter.index, stop
-            )
-    if spec is None:
-        click.echo(
-            f"pgembed: index rebuild of {name} stopped; the old index is still in use", err=True
+            ),
+            stop.set,
+            f"index rebuild of {name} stopped; the old index is still in use",
         )
-        sys.exit(130)
     params = f"m={spec.hnsw_m}, ef_construction={spec.hnsw_ef_construction}"
     click.echo(f"model {name}: index {naming.index_name(spec)} rebuilt with {params}")
+
+
+def _until_done(
+    run: Callable[[], ModelSpec | None], stop: Callable[[], None], stopped: str
+) -> ModelSpec:
+    """Run until done; Ctrl-C or SIGTERM calls `stop`, and a stopped run exits 130 with a line."""
+    with stopping(stop):
+        spec = run()
+    if spec is None:
+        click.echo(f"pgembed: {stopped}", err=True)
+        sys.exit(130)
+    return spec
 
 
 def describe(spec: ModelSpec) -> str:

@@ -55,7 +55,8 @@ def _index_text(m: dict[str, Any]) -> str:
         return ""
     return (
         f"  HNSW index {m['index']}: searches scan the column exactly; "
-        f"`pgembed reindex {m['name']} --index-only` builds it\n"
+        f"`pgembed reindex {m['name']} --index-only` builds it (a running `model add "
+        "--backfill` builds it once the rows are in)\n"
     )
 
 

@@ -1,14 +1,17 @@
-"""Torch's threads give a core back while PostgreSQL works for this process on the same machine.
+"""Torch's threads give a core back while PostgreSQL works for the sync on the same machine.
 
 The sync writes batch n-1 while batch n encodes (sync/pipeline.py). The write-back's HNSW
 insertions take a core of a local server for a few hundred milliseconds; torch's intra-op
 threads, one per core, then wait for each other at every operation while one of them has no
-core. One thread fewer for the encodes that overlap a write-back made 2,000-row syncs 1.10x
-faster on 2 cores with bf16 (1.03x with fp32; BENCHMARKS.md, b/c). A server on another
-machine takes no core here, so the pipeline only yields for a local one. onnxruntime's sessions
-fix their threads when made, and one fewer measured no faster (1.02x): they keep theirs.
+core. One thread fewer for the encodes that overlap a write-back made 2,000-row syncs 1.10-1.17x
+faster with bf16 on 2 cores, 1.03x with fp32 (BENCHMARKS.md, "A core for a local write-back").
+A server on another machine takes no core here, so the pipeline only yields for a local one.
+onnxruntime's sessions fix their threads when made, and one fewer measured no faster (1.02x):
+they keep theirs.
 
-Process-wide, as torch's thread count is.
+Only a thread that encodes a pipeline's batches takes part (`pipeline_encodes`): torch's count
+(OpenMP's, in the Linux wheels) belongs to the thread that sets it, and a query encoded on
+another thread of the same process keeps its own.
 """
 
 from __future__ import annotations
@@ -18,13 +21,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 _lock = threading.Lock()
-_working = 0  # write-backs in flight to a local server
-_lowered_from: int | None = None  # torch's thread count while fit() holds it one lower
+_working = 0  # write-backs in flight to a local server, from any pipeline of the process
+_thread = threading.local()  # .encoding: the thread takes part; .lowered_from: its full count
 
 
 @contextmanager
 def database_working() -> Iterator[None]:
-    """While this runs, encodes on the CPU leave a core to the database (see `fit`)."""
+    """While this runs, the pipelines' encodes leave a core to the database (see `fit`)."""
     global _working
     with _lock:
         _working += 1
@@ -35,29 +38,39 @@ def database_working() -> Iterator[None]:
             _working -= 1
 
 
-def fit() -> None:
-    """Before an encode: one thread fewer while a local write-back runs, the count as it was
-    otherwise (a count the application set itself is left alone).
+@contextmanager
+def pipeline_encodes() -> Iterator[None]:
+    """The calling thread encodes a pipeline's batches: `fit` applies to it until the end, when
+    its count is restored."""
+    _thread.encoding = True
+    try:
+        yield
+    finally:
+        _thread.encoding = False
+        _restore()
 
-    On the thread that encodes: OpenMP's thread count belongs to the thread that sets it. torch
-    is imported here, not at the top: a cold query loads no torch."""
+
+def fit() -> None:
+    """Before an encode: on a pipeline's thread, one thread fewer while a local write-back runs
+    and the count as it was otherwise. torch is imported here, not at the top: a cold query
+    loads no torch."""
+    if not getattr(_thread, "encoding", False):
+        return
     import torch
 
-    global _lowered_from
-    if _working and _lowered_from is None:
+    if _working and getattr(_thread, "lowered_from", None) is None:
         threads = torch.get_num_threads()
         if threads > 1:
             torch.set_num_threads(threads - 1)
-            _lowered_from = threads
+            _thread.lowered_from = threads
     elif not _working:
-        restore()
+        _restore()
 
 
-def restore() -> None:
-    """Give torch back the thread count fit() lowered, if it did (at the end of a drain)."""
-    global _lowered_from
-    if _lowered_from is not None:
+def _restore() -> None:
+    lowered = getattr(_thread, "lowered_from", None)
+    if lowered is not None:
         import torch
 
-        torch.set_num_threads(_lowered_from)
-        _lowered_from = None
+        torch.set_num_threads(lowered)
+        _thread.lowered_from = None

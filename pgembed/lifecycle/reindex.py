@@ -203,6 +203,7 @@ class Options:
     lease_seconds: float = defaults.LEASE_SECONDS
     max_attempts: int = defaults.MAX_ATTEMPTS
     build: indexbuild.BuildSettings = field(default_factory=indexbuild.BuildSettings)
+    device: str = "cpu"  # a resolved device, cpu or cuda, for this process's worker
 
 
 class Filling:
@@ -240,6 +241,7 @@ class Filling:
                 lease_seconds=self.options.lease_seconds,
                 max_attempts=self.options.max_attempts,
                 once=True,
+                device=self.options.device,
             )
             self._worker = worker.Worker(self.url, options, lambda _m, n: self.reporter.advance(n))
             if self.stop_event.is_set():

@@ -77,7 +77,8 @@ class Pipeline:
     def run(self) -> bool:
         """Process batches until there are none or stop is set; True if any batch was done."""
         did_work = False
-        with ThreadPoolExecutor(1, thread_name_prefix="pgembed-io") as io:
+        io_thread = ThreadPoolExecutor(1, thread_name_prefix="pgembed-io")
+        with io_thread as io, sharing.pipeline_encodes():
             upcoming: Future[Claimed | None] | None = io.submit(self._fetch_next)
             writing: Future[Stored] | None = None
             try:
@@ -99,7 +100,6 @@ class Pipeline:
             finally:
                 self._abandon(io, upcoming)
                 self._held.clear()  # nothing outlives the drain: renewing it would strand it
-                sharing.restore()  # on this, the encoding thread
         return did_work
 
     def _fetch_next(self) -> Claimed | None:

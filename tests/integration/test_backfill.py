@@ -4,6 +4,7 @@ backfill leaves the rows to the daemons and the index to `reindex --index-only`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from helpers import cli
 from pgembed.catalog import ddl, registry
 from pgembed.errors import UsageError
-from pgembed.lifecycle import backfill, models, reindex
+from pgembed.lifecycle import backfill, indexbuild, models, reindex
 from pgembed.search import helpers
 from pgembed.sync import worker
 from reindex_helpers import TEXTS, assert_vectors, make_table
@@ -95,3 +96,56 @@ def test_backfill_refuses_a_reindex_shadow(conn: psycopg.Connection, db_url: str
     shadow, _ = reindex.begin(conn, "minilm", None)
     with pytest.raises(UsageError, match="is a reindex shadow"):
         backfill.Backfill(db_url, shadow.name, reindex.Options()).run()
+
+
+class Hook(reindex.Reporter):
+    """Calls `at_build` when the backfill's index build starts."""
+
+    def __init__(self, at_build: Callable[[], None]) -> None:
+        self.at_build = at_build
+
+    def phase(self, text: str) -> None:
+        if text == "building index":
+            self.at_build()
+
+
+def test_rows_written_during_the_build_are_embedded_too(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    make_table(conn, TEXTS)
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32", index=False))
+    late = {41: "The kettle boils water in a minute."}
+
+    def insert_late() -> None:
+        conn.execute("INSERT INTO docs VALUES (41, %s, 4)", (late[41],))
+
+    hook = Hook(insert_late)
+    assert backfill.Backfill(db_url, "minilm", reindex.Options(), hook).run() is not None
+    assert_vectors(conn, {**TEXTS, **late})
+    assert status_of(db_url)["queued"] == 0
+
+
+def test_a_build_stopped_midway_leaves_no_invalid_index_behind(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    make_table(conn, TEXTS)
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32", index=False))
+    # A transaction with an older snapshot holds the concurrent build in its last wait, where
+    # the stop cancels it; the cancelled build's invalid index would still cost every write.
+    reader = psycopg.connect(db_url)
+    reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+
+    def hold_and_stop() -> None:
+        reader.execute("SELECT 1")  # the snapshot the build will wait for
+        runner.stop()
+
+    hook = Hook(hold_and_stop)
+    options = reindex.Options(build=indexbuild.BuildSettings(poll_seconds=0.05))
+    runner = backfill.Backfill(db_url, "minilm", options, hook)
+    try:
+        assert runner.run() is None
+    finally:
+        reader.rollback()
+        reader.close()
+    assert ddl.index_valid(conn, "public", "pgembed_minilm_hnsw") is None
+    assert status_of(db_url)["index"] == "missing"

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import psycopg
+import pytest
 import torch
 
 from daemon_helpers import assert_every_vector_matches_its_text, fill
 from helpers import run_batch
 from pgembed import db
 from pgembed.catalog import registry
-from pgembed.encode import batches, embedder
+from pgembed.encode import batches, embedder, hardware
 from pgembed.lifecycle import models
 from pgembed.sync import batch, worker
 
@@ -84,6 +88,45 @@ def test_pipelined_worker_writes_the_same_vectors_as_the_plain_path(
     for piped, plain in rows:
         np.testing.assert_allclose(piped.to_numpy(), plain.to_numpy(), atol=1e-5)
     assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+
+
+def test_an_encode_beside_a_local_write_back_runs_on_a_thread_fewer(
+    spec: registry.ModelSpec,
+    reviews: psycopg.Connection,
+    db_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fill(reviews, 40)
+    hardware.use_all_cores()  # once per process: not a call the spy below should see
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    calls: list[int] = []
+    real = torch.set_num_threads
+
+    def spy(count: int) -> None:
+        calls.append(count)
+        real(count)
+
+    monkeypatch.setattr(torch, "set_num_threads", spy)
+    # Another session holds every row, so the first write-back waits while the next batch
+    # encodes: that encode must run on one thread, and the drain must end on two.
+    holder = psycopg.connect(db_url)
+    holder.execute("SELECT id FROM reviews FOR UPDATE")
+    written: list[int] = []
+    options = worker.Options(models=("minilm",), once=True, claim_size=8)
+    run = worker.Worker(db_url, options).run
+    sync = threading.Thread(target=lambda: written.append(run().written))
+    sync.start()
+    deadline = time.monotonic() + 60
+    while 1 not in calls and time.monotonic() < deadline:
+        time.sleep(0.05)
+    holder.rollback()
+    holder.close()
+    sync.join()
+    real(threads)
+    assert written == [48]
+    assert calls and calls[0] == 1 and calls[-1] == 2
+    assert_every_vector_matches_its_text(reviews)
 
 
 def test_text_changed_while_its_batch_is_in_flight_never_keeps_a_stale_vector(
