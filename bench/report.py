@@ -223,7 +223,7 @@ def bigrow_document(
             "",
             f"Run {datetime.date.today().isoformat()} in {seconds / 60:.1f} min: `{command}`. "
             f"Machine: {machine}. PostgreSQL {results.get('postgres')}. Peak RSS is the sync "
-            "process's own (`wait4` ru_maxrss), model load included. The huge row is 100 MB of "
+            "process's own (its VmHWM at exit), model load included. The huge row is 100 MB of "
             "md5 hex words made by the server; the daemon reads its first "
             "`CHARS_PER_WORD_PIECE x max_seq_length` characters and its md5 (bounded: the huge "
             "row adds less than 100 MB).",
