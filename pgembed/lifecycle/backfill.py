@@ -2,9 +2,8 @@
 
 The server builds an index over a filled column in a fifth to a sixth of the time it spends
 inserting the same vectors one by one (2,000 and 20,000 rows; BENCHMARKS.md, "HNSW insertions or
-one build"). Until the index is built,
-searches on the model scan its column exactly. A chunked model's window table keeps its own
-index from the start.
+one build"). Until the index is built, searches on the model scan its column exactly. A chunked
+model's window table keeps its own index from the start.
 """
 
 from __future__ import annotations
