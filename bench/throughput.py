@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,15 +107,10 @@ def backfill_then_index(database: Database, spec: ModelSpec, repeats: int, rows:
     """The same rows as `model add --backfill` embeds them: into the column without its index,
     which is built (concurrently) once they are all there; the build is timed too."""
     conn = database.connect()
-    index = sql.Identifier(naming.index_name(spec))
-    seconds = []
-    for _ in range(repeats):
-        conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(index))
-        conn.execute("UPDATE reviews SET embedding_minilm = NULL")
-        capture.enqueue_existing(conn, spec)
-        options = reindex.Options(claim_size=defaults.BACKFILL_CLAIM_SIZE)
-        runner = backfill.Backfill(database.url, spec.name, options)
-        seconds.append(timed(runner.run))
+    options = reindex.Options(claim_size=defaults.BACKFILL_CLAIM_SIZE)
+    seconds = _repeated(
+        conn, spec, repeats, backfill.Backfill(database.url, spec.name, options).run, _drop_index
+    )
     assert conn.execute("SELECT count(embedding_minilm) FROM reviews").fetchone() == (rows,)
     conn.close()
     return rows / median(seconds)
@@ -132,13 +128,30 @@ def _resyncs(
     Each starts from an empty index, as a backfill does: a repeat into the old index would write
     every vector beside its identical old one, which the graph search finds at once (a third of
     a first sync's insertion time, BENCHMARKS.md "b/c")."""
+    return _repeated(conn, spec, repeats, lambda: _sync_once(database, device), _empty_index)
+
+
+def _repeated(
+    conn: psycopg.Connection,
+    spec: ModelSpec,
+    repeats: int,
+    run: Callable[[], object],
+    reset_index: Callable[[psycopg.Connection, ModelSpec], None],
+) -> list[float]:
+    """Seconds of `repeats` runs, each after every vector is cleared, the index reset and every
+    row queued again (untimed)."""
     seconds = []
     for _ in range(repeats):
         conn.execute("UPDATE reviews SET embedding_minilm = NULL")
-        _empty_index(conn, spec)
+        reset_index(conn, spec)
         capture.enqueue_existing(conn, spec)
-        seconds.append(timed(lambda: _sync_once(database, device)))
+        seconds.append(timed(run))
     return seconds
+
+
+def _drop_index(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """No index at all: what `model add --backfill` starts from."""
+    conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(naming.index_name(spec))))
 
 
 def _empty_index(conn: psycopg.Connection, spec: ModelSpec) -> None:

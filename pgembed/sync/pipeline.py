@@ -77,8 +77,10 @@ class Pipeline:
     def run(self) -> bool:
         """Process batches until there are none or stop is set; True if any batch was done."""
         did_work = False
-        io_thread = ThreadPoolExecutor(1, thread_name_prefix="pgembed-io")
-        with io_thread as io, sharing.pipeline_encodes():
+        with (
+            ThreadPoolExecutor(1, thread_name_prefix="pgembed-io") as io,
+            sharing.pipeline_encodes(),
+        ):
             upcoming: Future[Claimed | None] | None = io.submit(self._fetch_next)
             writing: Future[Stored] | None = None
             try:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import psycopg
 import pytest
 import torch
 
-from daemon_helpers import assert_every_vector_matches_its_text, fill
+from daemon_helpers import assert_every_vector_matches_its_text, fill, wait_for
 from helpers import run_batch
 from pgembed import db
 from pgembed.catalog import registry
@@ -117,12 +116,12 @@ def test_an_encode_beside_a_local_write_back_runs_on_a_thread_fewer(
     run = worker.Worker(db_url, options).run
     sync = threading.Thread(target=lambda: written.append(run().written))
     sync.start()
-    deadline = time.monotonic() + 60
-    while 1 not in calls and time.monotonic() < deadline:
-        time.sleep(0.05)
-    holder.rollback()
-    holder.close()
-    sync.join()
+    try:
+        wait_for(lambda: 1 in calls, 60, "an encode on one thread beside the held write-back")
+    finally:
+        holder.rollback()
+        holder.close()
+        sync.join()
     real(threads)
     assert written == [48]
     assert calls and calls[0] == 1 and calls[-1] == 2
