@@ -40,7 +40,8 @@ from pgembed import defaults, loader
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
-from pgembed.lifecycle import models, status
+from pgembed.encode.settings import runtime_settings, settings_of
+from pgembed.lifecycle import status
 from pgembed.search import evaluate
 from pgembed.sync import worker
 
@@ -178,7 +179,7 @@ def _add(url: str, name: str, table: str, column: str, mode: str) -> None:
 def _sync(database: Database, spec: ModelSpec, texts: list[str]) -> tuple[float, float]:
     """Seconds of `pgembed sync --once` of this model alone, its encoder loaded and warm, and
     the load average when it started."""
-    embedder.get(models.runtime_settings(spec)).encode_documents(texts[:64])
+    embedder.get(runtime_settings(spec)).encode_documents(texts[:64])
     load = os.getloadavg()[0]
     options = worker.Options(models=(spec.name,), once=True)
     seconds = timed(lambda: worker.Worker(database.url, options).run())
@@ -275,7 +276,7 @@ def _compare(
     body = list(texts.values())
     synced = {mode: _sync(database, specs[mode], body) for mode in order}
     ids = [q for q in qrels if q in queries]
-    encoder = embedder.get(models.settings_of(specs["truncate"]))
+    encoder = embedder.get(settings_of(specs["truncate"]))
     vectors = np.asarray(encoder.encode_queries([queries[q] for q in ids]))
     timings = _searches(database, [specs[m].name for m in MODES], vectors)
     out: dict[str, Mode] = {}

@@ -24,6 +24,7 @@ from psycopg import sql
 from bench.env import Database, file_corpus, generated_corpus, median
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
+from pgembed.encode.settings import settings_of
 from pgembed.lifecycle import models
 
 START, END = "<!-- bench:indexpath:start -->", "<!-- bench:indexpath:end -->"
@@ -169,7 +170,7 @@ def measure(database: Database) -> tuple[list[Table], str]:
                 conn.autocommit = True
                 spec = _table(conn, name)
                 if not embedded.size:  # once, with the first model's settings
-                    model = embedder.get(models.settings_of(spec))
+                    model = embedder.get(settings_of(spec))
                     embedded = np.asarray(model.encode_documents(texts[:EMBEDDED]))
                     queries = np.asarray(model.encode_queries(asked))
                 body = (texts if kind == "long" else short)[:rows]

@@ -18,7 +18,7 @@ import psycopg
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.encode.embedder import Vectors
-from pgembed.lifecycle import models
+from pgembed.encode.settings import settings_of
 from pgembed.search import evaluate, topk, tune
 
 LADDER = (10, 20, 40, 60, 80, 100, 150, 200, 300, 400)
@@ -30,7 +30,7 @@ def measure(
     conn: psycopg.Connection, spec: ModelSpec, queries: dict[str, str], qrels: evaluate.Qrels
 ) -> dict[str, Any]:
     ids = [q for q in qrels if q in queries]
-    encoder = embedder.get(models.settings_of(spec))
+    encoder = embedder.get(settings_of(spec))
     real = encoder.encode_queries([queries[q] for q in ids])
     keys, stored = topk.stored_sample(conn, spec, SAMPLE)
     curves = {

@@ -12,7 +12,7 @@ from pgvector import Vector
 from bench.env import Database, median, percentile
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
-from pgembed.lifecycle import models
+from pgembed.encode.settings import settings_of
 
 RAW = "SELECT id FROM reviews ORDER BY embedding_minilm <=> %s LIMIT 10"
 HELPER = "SELECT key FROM pgembed.search('minilm', %s, 10)"
@@ -56,7 +56,7 @@ def _has_helper(conn: psycopg.Connection) -> bool:
 
 
 def measure(database: Database, spec: ModelSpec, queries: list[str]) -> Search:
-    vectors = embedder.get(models.settings_of(spec)).encode_queries(queries)
+    vectors = embedder.get(settings_of(spec)).encode_queries(queries)
     conn = database.connect()
     rows_row = conn.execute("SELECT count(embedding_minilm) FROM reviews").fetchone()
     rows = int(rows_row[0]) if rows_row else 0

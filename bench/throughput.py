@@ -17,6 +17,7 @@ from pgembed import capture, defaults
 from pgembed.catalog import ddl, naming
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, hardware
+from pgembed.encode.settings import runtime_settings, settings_of
 from pgembed.lifecycle import backfill, models, reindex
 from pgembed.sync import worker
 
@@ -84,7 +85,7 @@ def pgembed_sync(database: Database, texts: list[str], repeats: int) -> tuple[fl
     conn = database.connect()
     create_reviews(conn, texts)
     spec, _ = models.add(conn, models.AddRequest("minilm", "reviews", "body"))
-    embedder.get(models.settings_of(spec)).encode_documents(texts[:64])  # load + warm-up
+    embedder.get(settings_of(spec)).encode_documents(texts[:64])  # load + warm-up
 
     seconds = [timed(lambda: _sync_once(database)), *_resyncs(conn, database, spec, repeats - 1)]
     written = conn.execute("SELECT count(embedding_minilm) FROM reviews").fetchone()
@@ -165,7 +166,7 @@ def on_gpu(
     database: Database, spec: ModelSpec, texts: list[str], repeats: int
 ) -> tuple[float, float]:
     """b and c with --device cuda: the model's GPU settings (its 16-bit type under auto)."""
-    settings = models.runtime_settings(spec, "cuda")
+    settings = runtime_settings(spec, "cuda")
     model = embedder.get(settings)
     model.encode_documents(texts[:64])  # load + warm-up
     encode = len(texts) / median(
@@ -177,13 +178,13 @@ def on_gpu(
 
 
 def bare_encode(spec: ModelSpec, texts: list[str], repeats: int) -> float:
-    model = embedder.get(models.settings_of(spec))
+    model = embedder.get(settings_of(spec))
     seconds = [timed(lambda: model.encode_documents(texts)) for _ in range(repeats)]
     return len(texts) / median(seconds)
 
 
 def mean_tokens(spec: ModelSpec, texts: list[str]) -> float:
-    counts = embedder.get(models.settings_of(spec)).token_counts(texts)
+    counts = embedder.get(settings_of(spec)).token_counts(texts)
     return float(np.mean([min(c, spec.max_seq_length) for c in counts]))
 
 

@@ -21,8 +21,8 @@ from pgembed.api import ModelOptions, SyncResult
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.encode.embedder import Vectors
+from pgembed.encode.settings import settings_of
 from pgembed.errors import UsageError
-from pgembed.lifecycle import models
 from pgembed.lifecycle import status as lifecycle_status
 from pgembed.search import helpers, plan
 from pgembed.search.helpers import Filter, Hit, HybridHit
@@ -169,6 +169,6 @@ def require_texts(texts: Sequence[str]) -> None:
 
 def encode(spec: ModelSpec, texts: Sequence[str], queries: bool) -> Vectors:
     """Texts embedded with every setting of the model: as its rows, or as queries."""
-    encoder = embedder.get(models.settings_of(spec))
+    encoder = embedder.get(settings_of(spec))
     texts = list(texts)
     return encoder.encode_queries(texts) if queries else encoder.encode_documents(texts)

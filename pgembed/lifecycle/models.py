@@ -10,6 +10,7 @@ from pgembed import capture, defaults, sqlfiles
 from pgembed.catalog import ddl, naming, registry, tables
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, hardware, precision
+from pgembed.encode.settings import settings_of
 from pgembed.errors import UsageError
 from pgembed.lifecycle import indexbuild
 
@@ -175,20 +176,6 @@ def fulltext(
     return spec
 
 
-def settings_of(spec: ModelSpec, device: str = "cpu") -> embedder.Settings:
-    """The embedder settings that reproduce this model's vectors on `device` (cpu or cuda)."""
-    return embedder.Settings(
-        model_ref=spec.model_ref,
-        pooling=spec.pooling,
-        normalize=spec.normalize,
-        max_seq_length=spec.max_seq_length,
-        query_prefix=spec.query_prefix,
-        document_prefix=spec.document_prefix,
-        precision=precision.on_device(spec.precision, spec.precision_requested, device),
-        device=device,
-    )
-
-
 def precision_for(conn: psycopg.Connection, spec: ModelSpec, requested: str) -> precision.Choice:
     """The precision `requested` resolves to for `spec`'s settings, checked on its table's texts."""
     return precision.choose(
@@ -231,8 +218,3 @@ def alter_precision(conn: psycopg.Connection, name: str, requested: str) -> Mode
     if not registry.set_precision(conn, altered):
         raise UsageError(f"model {name!r} changed while its precision was checked: run it again")
     return altered
-
-
-def runtime_settings(spec: ModelSpec, device: str = "cpu") -> embedder.Settings:
-    """What a sync worker encodes this model with on `device` (a GPU's 16-bit type is checked)."""
-    return precision.checked(settings_of(spec, device))

@@ -20,6 +20,7 @@ from pgembed import capture, db, defaults, sqlfiles
 from pgembed.catalog import ddl, naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
+from pgembed.encode.settings import settings_of
 from pgembed.errors import UsageError
 from pgembed.lifecycle import indexbuild, models, switch
 from pgembed.sync import store, worker
@@ -132,7 +133,7 @@ def begin(conn: psycopg.Connection, name: str, change: Change | None) -> tuple[M
 
 def _unchanged(spec: ModelSpec, shadow: ModelSpec) -> bool:
     keep = replace(shadow, name=spec.name, embedding_column=spec.embedding_column)
-    return models.settings_of(keep) == models.settings_of(spec) and (
+    return settings_of(keep) == settings_of(spec) and (
         keep.dimensions,
         keep.hnsw_m,
         keep.hnsw_ef_construction,

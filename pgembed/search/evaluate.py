@@ -19,8 +19,8 @@ import psycopg
 
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
+from pgembed.encode.settings import settings_of
 from pgembed.errors import UsageError
-from pgembed.lifecycle import models
 from pgembed.search import topk
 
 Qrels = dict[str, dict[str, int]]
@@ -140,7 +140,7 @@ def evaluate(
     ids = [qid for qid in qrels if qid in queries]
     if not ids:
         raise UsageError("no query in the qrels has a text in the queries file")
-    vectors = embedder.get(models.settings_of(spec)).encode_queries([queries[q] for q in ids])
+    vectors = embedder.get(settings_of(spec)).encode_queries([queries[q] for q in ids])
     exact = topk.exact(conn, spec, vectors, k)
     indexed = topk.indexed(conn, spec, vectors, k, spec.ef_search)
     judged = {doc for qid in ids for doc in qrels[qid]}

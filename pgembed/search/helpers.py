@@ -24,8 +24,8 @@ from pgembed import defaults
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode.embedder import Vectors
+from pgembed.encode.settings import settings_of
 from pgembed.errors import NotFoundError, UsageError
-from pgembed.lifecycle import models
 from pgembed.search.plan import Embed, Fetch, Plan, execute
 from pgembed.search.vectors import warm
 
@@ -197,7 +197,7 @@ def _before_the_model(spec: ModelSpec, *, fulltext: bool = False) -> Plan[None]:
     full-text index (hybrid), no vectors at all. Once the model is loaded, a search costs no
     extra statement: the helper reports a missing index, and an empty result is explained after
     the fact (_require_vectors)."""
-    if models.settings_of(spec) in warm:
+    if settings_of(spec) in warm:
         return
     statement = sql.SQL(
         "SELECT EXISTS (SELECT 1 FROM {table} WHERE {column} IS NOT NULL), "

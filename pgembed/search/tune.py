@@ -27,8 +27,8 @@ from pgembed import sqlfiles
 from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
+from pgembed.encode.settings import settings_of
 from pgembed.errors import NotFoundError, UsageError
-from pgembed.lifecycle import models
 from pgembed.search import topk
 
 # pgvector accepts 1..1000; the default is 40.
@@ -80,7 +80,7 @@ def tune(
     texts = list(queries[:sample]) if queries else excerpts(conn, spec, sample)
     if not texts:
         raise NotFoundError(f"model {spec.name!r} has no vectors yet: run `pgembed sync`")
-    vectors = embedder.get(models.settings_of(spec)).encode_queries(texts)
+    vectors = embedder.get(settings_of(spec)).encode_queries(texts)
     exact = topk.exact(conn, spec, vectors, k)
     default = topk.effective_ef_search(conn, None)
     steps: list[Step] = []

@@ -14,8 +14,8 @@ from pgembed import defaults
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.encode.embedder import Vectors
+from pgembed.encode.settings import settings_of
 from pgembed.errors import UsageError
-from pgembed.lifecycle import models
 
 # Settings this process has embedded a query with: their model is loaded, so a search goes
 # straight to embedding (see _before_the_model).
@@ -98,7 +98,7 @@ def embed_query(spec: ModelSpec, text: str) -> Vectors:
         raise UsageError(
             f"the query text has {len(text)} characters; at most {defaults.MAX_QUERY_CHARS}"
         )
-    settings = models.settings_of(spec)
+    settings = settings_of(spec)
     return _cache.get((settings, text), lambda: _query_vector(settings, text))
 
 

@@ -13,7 +13,7 @@ import psycopg
 from pgembed.catalog import registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
-from pgembed.lifecycle import models
+from pgembed.encode.settings import runtime_settings
 from pgembed.sync import store
 from pgembed.sync.isolate import Embedded, embed_rows
 from pgembed.sync.store import Claim, SourceRow
@@ -69,7 +69,7 @@ def fetch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) -> Cla
 
 
 def embed(claimed: Claimed, config: BatchConfig) -> Embedded:
-    settings = models.runtime_settings(claimed.spec, config.device)
+    settings = runtime_settings(claimed.spec, config.device)
     return embed_rows(embedder.get(settings), claimed.rows, claimed.spec.windows)
 
 

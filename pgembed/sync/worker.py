@@ -26,8 +26,8 @@ from pgembed import db, defaults, migrate
 from pgembed.catalog import naming, registry, tables
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, hardware
+from pgembed.encode.settings import runtime_settings
 from pgembed.errors import DatabaseError, NotFoundError
-from pgembed.lifecycle import models
 from pgembed.sync import store
 from pgembed.sync.batch import BatchConfig, BatchResult
 from pgembed.sync.leases import Keeper
@@ -210,7 +210,7 @@ class Worker:
                     log.warning("model %s no longer exists; skipping it", name)
         specs = [spec for spec in specs if self._servable(conn, spec)]
         for spec in specs:
-            embedder.get(models.runtime_settings(spec, self.options.device))
+            embedder.get(runtime_settings(spec, self.options.device))
         return specs
 
     def _servable(self, conn: psycopg.Connection, spec: ModelSpec) -> bool:

@@ -20,7 +20,7 @@ import pgembed
 from helpers import REVIEWS, cli, database_name
 from pgembed import db, migrate
 from pgembed.encode import embedder
-from pgembed.lifecycle import models
+from pgembed.encode.settings import settings_of
 from pgembed.search import vectors
 
 QUERY = "phone battery does not last the day"
@@ -130,7 +130,7 @@ def test_errors_that_need_no_model_come_before_it_loads(
         conn.execute("INSERT INTO docs VALUES (1, 'The battery dies before lunch')")
     # Settings no other test uses (the query prefix), so nothing else loads this model.
     spec = pgembed.add_model("cold", "docs", "body", query_prefix="cold: ", database_url=db_url)
-    settings = models.settings_of(spec)
+    settings = settings_of(spec)
     embedder._cache.pop(settings, None)  # add_model loaded it to check it: unload it again
     assert settings not in vectors.warm
     # The evidence: every model is had through embedder.get (loaded on its first call).

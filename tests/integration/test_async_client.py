@@ -18,7 +18,7 @@ import pgembed
 from helpers import REVIEWS
 from pgembed import db
 from pgembed.encode import embedder
-from pgembed.lifecycle import models
+from pgembed.encode.settings import settings_of
 
 QUERY = "phone battery does not last the day"
 GOLDFISH = "stamina of a goldfish"
@@ -118,7 +118,7 @@ def test_admin_methods_and_an_event_loop_never_blocked(
             spec = await client.add_model(
                 "notes", "notes", "body", query_prefix="async: ", precision="fp32"
             )
-            settings = models.settings_of(spec)
+            settings = settings_of(spec)
             embedder._cache.pop(settings, None)  # so that the first search loads the model
             assert await client.sync_once() == pgembed.SyncResult(len(REVIEWS), 0, 0)
             [report] = await client.status()

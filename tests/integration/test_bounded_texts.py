@@ -20,6 +20,7 @@ from pgembed import defaults
 from pgembed.catalog import registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
+from pgembed.encode.settings import settings_of
 from pgembed.errors import UsageError
 from pgembed.lifecycle import models
 from pgembed.search import vectors
@@ -108,7 +109,7 @@ def test_query_text_is_limited_on_every_path(spec: ModelSpec, db_url: str, long_
 
 def test_the_query_cache_is_bounded_in_bytes(spec: ModelSpec, conn: psycopg.Connection) -> None:
     assert vectors.query_cache_info().max_bytes == defaults.QUERY_CACHE_BYTES
-    settings = models.settings_of(registry.get(conn, "minilm"))
+    settings = settings_of(registry.get(conn, "minilm"))
     model = embedder.get(settings)
     cache = vectors.QueryCache(maxsize=1000, max_bytes=100_000)
     texts = [f"query {i}: " + "is the battery any good " * 400 for i in range(20)]  # ~10 kB

@@ -26,6 +26,7 @@ from pgembed import db
 from pgembed.catalog import registry
 from pgembed.contrib import sqlalchemy as orm
 from pgembed.encode import embedder
+from pgembed.encode.settings import settings_of
 from pgembed.lifecycle import models, status
 from pgembed.search import topk
 from pgembed.sync import worker
@@ -95,7 +96,7 @@ def chunk_count(conn: psycopg.Connection, key: int | None = None) -> int:
 def test_windows_are_stored_beside_the_table_and_counted(conn: psycopg.Connection) -> None:
     spec = registry.get(conn, "whole")
     texts = {int(r["id"]): r["text"] for r in LONG + SHORT}
-    windows = embedder.get(models.settings_of(spec)).chunk_windows(list(texts.values()), 32, 64)
+    windows = embedder.get(settings_of(spec)).chunk_windows(list(texts.values()), 32, 64)
     expected = {key: len(w.spans) for key, w in zip(texts, windows, strict=True) if w.spans}
     stored: dict[int, int] = dict(
         conn.execute("SELECT key, count(*) FROM pgembed_whole_chunks GROUP BY key").fetchall()

@@ -14,6 +14,7 @@ from pgvector import Vector
 from pgembed import Client, Hit, HybridHit, db
 from pgembed.catalog import registry
 from pgembed.encode import embedder
+from pgembed.encode.settings import settings_of
 from pgembed.errors import NotFoundError, SchemaError, UsageError
 from pgembed.lifecycle import models
 from pgembed.search import vectors
@@ -33,7 +34,7 @@ def test_search_returns_hits_with_text_like_the_sql_helper(client: Client, shop_
     assert len(hits) == 5 and all(isinstance(h, Hit) for h in hits)
     with db.connection(shop_url) as conn:
         spec = registry.get(conn, "minilm")
-        q = Vector(embedder.get(models.settings_of(spec)).encode_queries([QUERY])[0])
+        q = Vector(embedder.get(settings_of(spec)).encode_queries([QUERY])[0])
         sql = conn.execute("SELECT * FROM pgembed.search('minilm', %s, 5)", (q,)).fetchall()
         texts = dict(conn.execute("SELECT id, text FROM reviews").fetchall())
     assert [h.key for h in hits] == [int(key) for key, _ in sql]  # the key column's own type
@@ -113,7 +114,7 @@ def test_repeated_queries_come_from_the_cache(client: Client) -> None:
 
 def test_one_model_shared_by_threads(client: Client, shop_url: str) -> None:
     with db.connection(shop_url) as conn:
-        settings = models.settings_of(registry.get(conn, "minilm"))
+        settings = settings_of(registry.get(conn, "minilm"))
     loaded = embedder.get(settings)
     texts = [f"{QUERY} #{i % 3}" for i in range(12)]
     expected = [client.search("minilm", t, k=3) for t in texts]

@@ -10,7 +10,7 @@ import pgembed
 from helpers import cli, plans
 from pgembed import db
 from pgembed.catalog import registry
-from pgembed.lifecycle import models
+from pgembed.encode.settings import settings_of
 from pgembed.sync import store
 
 ROWS = [
@@ -47,7 +47,7 @@ def test_the_columns_are_embedded_as_one_text(products: psycopg.Connection, db_u
     assert pgembed.sync_once(database_url=db_url).written == 4
     spec = registry.get(products, "minilm")
     assert spec.text_columns == ("title", "body")
-    settings = models.settings_of(spec)
+    settings = settings_of(spec)
     from pgembed.encode import embedder
 
     texts = ["Battery\nIt dies before lunch.", "\nThe charger gets very hot.", "Shipping\n"]

@@ -14,6 +14,7 @@ import pytest
 from helpers import cli
 from pgembed import Client
 from pgembed.encode import embedder, engines, hardware, precision
+from pgembed.encode.settings import settings_of
 from pgembed.lifecycle import models
 from pgembed.sync import worker
 
@@ -124,7 +125,7 @@ def test_an_engine_embeds_rows_queries_and_shows_in_status(
     assert spec.precision == "onnx-fp32" and "onnx-fp32 accepted" in spec.precision_note
     worker.Worker(db_url, worker.Options(once=True)).run()
     rows = reviews.execute("SELECT body, embedding_minilm FROM reviews ORDER BY id").fetchall()
-    encoder = embedder.get(models.settings_of(spec))
+    encoder = embedder.get(settings_of(spec))
     assert encoder.engine == "onnx-fp32"
     want = encoder.encode_documents([body for body, _ in rows])
     np.testing.assert_allclose(np.stack([v.to_numpy() for _, v in rows]), want, atol=1e-5)

@@ -12,6 +12,7 @@ from transformers import AutoModel, AutoTokenizer
 from helpers import cli
 from pgembed.catalog import registry
 from pgembed.encode import embedder
+from pgembed.encode.settings import settings_of
 from pgembed.errors import ModelLoadError, NotFoundError, UsageError
 from pgembed.lifecycle import models
 
@@ -115,7 +116,7 @@ def test_pooling_changes_vectors_and_default_is_the_checkpoints() -> None:
 def test_no_normalize_and_max_seq_length(reviews: psycopg.Connection) -> None:
     spec = add(reviews, "raw", normalize=False, max_seq_length=16)
     assert (spec.normalize, spec.max_seq_length) == (False, 16)
-    vec = embedder.get(models.settings_of(spec)).encode_documents(["a fairly ordinary sentence"])
+    vec = embedder.get(settings_of(spec)).encode_documents(["a fairly ordinary sentence"])
     assert abs(float(np.linalg.norm(vec[0])) - 1.0) > 0.01
 
 

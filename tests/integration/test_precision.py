@@ -13,6 +13,7 @@ from helpers import cli, run_batch
 from pgembed import db
 from pgembed.catalog import registry
 from pgembed.encode import embedder, hardware, precision
+from pgembed.encode.settings import settings_of
 from pgembed.errors import UsageError
 from pgembed.lifecycle import models, reindex
 from pgembed.sync import batch, worker
@@ -51,7 +52,7 @@ def test_int8_is_rejected_with_the_measured_cosine(reviews: psycopg.Connection) 
         "FROM pgembed.models WHERE name = 'minilm'"
     ).fetchone()
     assert stored == ("fp32", "int8", spec.precision_cosine, spec.precision_note)
-    assert models.settings_of(spec).precision == "fp32"
+    assert settings_of(spec).precision == "fp32"
 
 
 def test_bf16_request_is_checked_kept_and_used_for_rows_and_queries(
@@ -67,13 +68,13 @@ def test_bf16_request_is_checked_kept_and_used_for_rows_and_queries(
 
     worker.Worker(db_url, worker.Options(once=True)).run()
     rows = reviews.execute("SELECT body, embedding_minilm FROM reviews ORDER BY id").fetchall()
-    bf16 = embedder.get(models.settings_of(spec))
+    bf16 = embedder.get(settings_of(spec))
     assert bf16.settings.precision == "bf16"
     want = bf16.encode_documents([body for body, _ in rows])
     got = np.stack([vec.to_numpy() for _, vec in rows])
     np.testing.assert_allclose(got, want, atol=2e-3)  # bf16 sums differ a little by batch shape
     # Queries are embedded in the model's precision too.
-    query = models.settings_of(spec)
+    query = settings_of(spec)
     assert query == bf16.settings
 
 
@@ -152,8 +153,8 @@ def test_alter_precision_alone_changes_the_model_in_place(
     # ...and a worker reading the catalog now writes bf16 ones.
     worker.Worker(db_url, worker.Options(once=True)).run()
     text = ["Arrived broken, refund took a month."]
-    bf16 = embedder.get(models.settings_of(now)).encode_documents(text)[0]
-    fp32 = embedder.get(models.settings_of(spec)).encode_documents(text)[0]
+    bf16 = embedder.get(settings_of(now)).encode_documents(text)[0]
+    fp32 = embedder.get(settings_of(spec)).encode_documents(text)[0]
     # A batch of one: the same shape as here, so bf16 must match exactly, and fp32 must not.
     np.testing.assert_allclose(stored_vectors(reviews)[1], bf16, atol=1e-6)
     assert np.abs(stored_vectors(reviews)[1] - fp32).max() > 1e-4
@@ -188,7 +189,7 @@ def test_alter_with_other_settings_checks_the_precision_for_the_new_version(
     shadow, _ = reindex.begin(reviews, "minilm", reindex.Change(pooling="cls"))
     assert (shadow.precision, shadow.precision_requested) == ("fp32", "int8")
     texts = precision.sample_texts(reviews, "public", "reviews", "body")
-    cls = replace(models.settings_of(shadow), precision="fp32")
+    cls = replace(settings_of(shadow), precision="fp32")
     want = precision.agreement(cls, "int8", texts).cosine
     assert shadow.precision_cosine == pytest.approx(want, abs=1e-6)
     assert shadow.precision_cosine != old.precision_cosine
@@ -204,7 +205,7 @@ def test_alter_with_other_settings_checks_the_precision_for_the_new_version(
     assert (live.pooling, live.precision, live.precision_requested) == ("cls", "bf16", "bf16")
     assert live.version == old.version + 1
     bodies: dict[int, str] = dict(reviews.execute("SELECT id, body FROM reviews").fetchall())
-    want_vectors = embedder.get(models.settings_of(live)).encode_documents(
+    want_vectors = embedder.get(settings_of(live)).encode_documents(
         [bodies[k] for k in sorted(bodies)]
     )
     got = stored_vectors(reviews)

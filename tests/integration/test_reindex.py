@@ -18,6 +18,7 @@ from helpers import cli, run_batch
 from pgembed import db
 from pgembed.catalog import ddl, registry
 from pgembed.encode import embedder
+from pgembed.encode.settings import settings_of
 from pgembed.lifecycle import indexbuild, models, reindex
 from pgembed.search import helpers
 from pgembed.sync import batch, worker
@@ -282,9 +283,7 @@ def test_alter_to_a_checkpoint_of_other_dimensions(
     ).fetchone()
     assert typ == ("vector(128)",)
     got = stored(conn)
-    want = embedder.get(models.settings_of(spec)).encode_documents(
-        [TEXTS[k] for k in sorted(TEXTS)]
-    )
+    want = embedder.get(settings_of(spec)).encode_documents([TEXTS[k] for k in sorted(TEXTS)])
     np.testing.assert_allclose(np.stack([got[k] for k in sorted(TEXTS)]), want, atol=1e-5)
     hits = helpers.query(conn, spec, TEXTS[7], k=1)
     assert hits[0].key == 7

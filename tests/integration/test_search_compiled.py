@@ -11,6 +11,7 @@ import pytest
 from helpers import REVIEWS
 from pgembed import db
 from pgembed.encode import embedder
+from pgembed.encode.settings import settings_of
 from pgembed.lifecycle import models
 from pgembed.sync import worker
 
@@ -24,7 +25,7 @@ def test_identifiers_that_look_like_dollar_quotes(conn: psycopg.Connection, db_u
         cur.executemany(f'INSERT INTO "{TABLE}" VALUES (%s, %s)', list(REVIEWS))
     spec = models.add(conn, models.AddRequest("odd", TABLE, TEXT))[0]
     worker.Worker(db_url, worker.Options(once=True)).run()
-    query = embedder.get(models.settings_of(spec)).encode_queries(["the battery died"])[0]
+    query = embedder.get(settings_of(spec)).encode_queries(["the battery died"])[0]
     hits = conn.execute(
         "SELECT key, similarity FROM pgembed.search('odd', %s, 3)", (query,)
     ).fetchall()
