@@ -34,6 +34,7 @@ lint: setup
 	$(BIN)/ruff check pgembed tests bench examples
 	$(BIN)/ruff format --check pgembed tests bench examples
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 format: setup
 	$(BIN)/ruff check --fix pgembed tests bench examples

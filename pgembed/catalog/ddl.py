@@ -1,5 +1,9 @@
-"""Per-model database objects on the watched table: vector column, HNSW and full-text indexes
-(the capture triggers are capture.py's).
+"""Per-model database objects on and beside the watched table: the vector column, the HNSW and
+full-text indexes, a chunked model's chunk table; dropping them and a model's bookkeeping rows;
+DDL that waits for its table's lock in short attempts.
+
+The capture triggers are capture.py's and the daemon role's grants roles.py's: lifecycle/models.py
+puts the three together (this module imports neither).
 
 Every user identifier goes through psycopg.sql.Identifier; every value is a bound parameter.
 """
@@ -14,7 +18,7 @@ from typing import TypeVar
 import psycopg
 from psycopg import sql
 
-from pgembed import capture, db, defaults, roles, sqlfiles
+from pgembed import db, defaults, sqlfiles
 from pgembed.catalog import naming, tables
 from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import DatabaseError, UsageError
@@ -30,13 +34,12 @@ FULLTEXT_CONFIG = "english"
 
 
 def create(conn: psycopg.Connection, spec: ModelSpec, *, index: bool = True) -> None:
-    """Column, index (unless `index` is False), chunk table and triggers; run inside the
-    caller's transaction."""
+    """Column, index (unless `index` is False) and chunk table, inside the caller's transaction
+    (the caller adds the capture triggers: see lifecycle/models.py)."""
     add_column(conn, spec)
     if index:
         create_index(conn, spec)
     create_chunks(conn, spec)
-    capture.create_triggers(conn, spec)
 
 
 def create_chunks(conn: psycopg.Connection, spec: ModelSpec) -> None:
@@ -216,15 +219,6 @@ def lock_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
     conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(naming.table(spec)))
 
 
-def drop(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    """Remove what still exists of the model's triggers, indexes and column (a dropped table took
-    them along), its chunk table and its bookkeeping; the table's other data is untouched."""
-    if tables.is_table(conn, spec.table_schema, spec.table_name):
-        drop_objects(conn, spec)
-    drop_chunks(conn, spec)
-    forget(conn, spec)
-
-
 def drop_chunks(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """A chunked model's chunk table, if it is pgembed's: a table of that name that is not (the
     user's, or one put there after pgembed's was dropped) is left alone."""
@@ -233,11 +227,9 @@ def drop_chunks(conn: psycopg.Connection, spec: ModelSpec) -> None:
 
 
 def drop_objects(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    """The model's triggers, indexes and column, of those that exist, and the daemon role's
-    privileges on its columns."""
+    """The model's indexes and column, of those that exist (its capture triggers, which watch the
+    column, and the daemon role's grants on it go first: see lifecycle/models.py)."""
     table = naming.table(spec)
-    roles.revoke_table(conn, spec)
-    capture.drop_triggers(conn, spec)
     for index in (naming.index_name(spec), naming.fulltext_index_name(spec)):
         conn.execute(
             sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(spec.table_schema, index))

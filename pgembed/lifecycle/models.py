@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import psycopg
 
-from pgembed import capture, defaults, sqlfiles
+from pgembed import capture, defaults, roles, sqlfiles
 from pgembed.catalog import ddl, naming, registry, tables
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, hardware, precision
@@ -94,12 +94,31 @@ def add(
         ddl.lock_table(conn, spec)
         registry.insert(conn, spec)
         registry.record_version(conn, spec, spec.name, active=True)
-        ddl.create(conn, spec, index=request.index)
+        create_objects(conn, spec, index=request.index)
         if request.fulltext:
             ddl.create_fulltext_index(conn, spec)
         return capture.enqueue_existing(conn, spec)
 
     return spec, ddl.retrying_locks(conn, schema, table, create, on_wait)
+
+
+def create_objects(conn: psycopg.Connection, spec: ModelSpec, *, index: bool = True) -> None:
+    """The model's column, index (unless `index` is False), chunk table and capture triggers,
+    inside the caller's transaction."""
+    ddl.create(conn, spec, index=index)
+    capture.create_triggers(conn, spec)
+
+
+def drop_objects(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """Remove what still exists of the model's triggers, grants, indexes and column (a dropped
+    table took them along), its chunk table and its bookkeeping; the table's other data is
+    untouched. The catalog rows stay: the caller deletes them."""
+    if tables.is_table(conn, spec.table_schema, spec.table_name):
+        roles.revoke_table(conn, spec)
+        capture.drop_triggers(conn, spec)
+        ddl.drop_objects(conn, spec)
+    ddl.drop_chunks(conn, spec)
+    ddl.forget(conn, spec)
 
 
 def text_columns(requested: str | tuple[str, ...]) -> tuple[str, ...]:
@@ -144,9 +163,9 @@ def remove(conn: psycopg.Connection, name: str, on_wait: ddl.OnWait | None = Non
             ddl.lock_table(conn, spec)
         shadow = registry.shadow(conn, name)
         if shadow is not None:  # a reindex in progress goes with its model
-            ddl.drop(conn, shadow)
+            drop_objects(conn, shadow)
             registry.delete(conn, shadow.name)
-        ddl.drop(conn, spec)
+        drop_objects(conn, spec)
         registry.delete(conn, name)
 
     ddl.retrying_locks(conn, spec.table_schema, spec.table_name, drop, on_wait)

@@ -149,7 +149,7 @@ def abort(conn: psycopg.Connection, name: str) -> ModelSpec:
         raise UsageError(f"model {name!r} has no reindex in progress")
 
     def drop() -> None:  # waits for the table in short attempts: see ddl.retrying_locks
-        ddl.drop(conn, shadow)
+        models.drop_objects(conn, shadow)
         registry.delete(conn, shadow.name)
         forget = {"name": name, "version": shadow.version}
         conn.execute(sqlfiles.get("lifecycle", "forget_version"), forget)
