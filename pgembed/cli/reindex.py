@@ -14,6 +14,7 @@ from pgembed import defaults
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.cli.app import App, stopping
+from pgembed.cli.sync import deprecated_batch_size
 from pgembed.encode import hardware
 from pgembed.errors import UsageError
 from pgembed.lifecycle import backfill, indexbuild, reindex
@@ -26,11 +27,11 @@ def fill_options(command: F) -> F:
     for option in reversed(
         [
             click.option(
-                "--batch-size",
+                "--claim-size",
                 type=click.IntRange(1, 10_000),
-                default=defaults.REINDEX_CLAIM_SIZE,
-                show_default=True,
+                help=f"Keys claimed at once. Default: {defaults.REINDEX_CLAIM_SIZE}.",
             ),
+            deprecated_batch_size,
             click.option(
                 "--lease-seconds",
                 type=click.FloatRange(min=1),
@@ -42,6 +43,13 @@ def fill_options(command: F) -> F:
                 type=click.IntRange(min=1),
                 default=defaults.MAX_ATTEMPTS,
                 show_default=True,
+            ),
+            click.option(
+                "--device",
+                type=click.Choice(hardware.DEVICES),
+                default="auto",
+                show_default=True,
+                help="Where to encode, as `pgembed sync`: auto picks a CUDA GPU when one is visible.",
             ),
             click.option(
                 "--maintenance-work-mem",
@@ -72,8 +80,11 @@ def hnsw_options(command: F) -> F:
 
 
 def run_options(kw: dict[str, Any]) -> reindex.Options:
+    """The fill and build options of `reindex` and `model alter`; the device is resolved as
+    `pgembed sync` and `model add --backfill` resolve it (hardware.resolve_device)."""
     return reindex.Options(
-        claim_size=kw["batch_size"],
+        device=hardware.resolve_device(kw["device"]),
+        claim_size=kw["claim_size"] or kw["batch_size"] or defaults.REINDEX_CLAIM_SIZE,
         lease_seconds=kw["lease_seconds"],
         max_attempts=kw["max_attempts"],
         build=indexbuild.BuildSettings(kw["maintenance_work_mem"], kw["parallel_workers"]),
@@ -155,13 +166,13 @@ def run_backfill(app: App, name: str) -> None:
 
 
 def _rebuild_index(app: App, name: str, kw: dict[str, Any]) -> None:
-    options = run_options(kw)
+    build = indexbuild.BuildSettings(kw["maintenance_work_mem"], kw["parallel_workers"])
     with _Bars() as reporter:
         reporter.phase("building index")
         stop = threading.Event()
         spec = _until_done(
             lambda: indexbuild.rebuild(
-                app.url, name, kw["m"], kw["ef_construction"], options.build, reporter.index, stop
+                app.url, name, kw["m"], kw["ef_construction"], build, reporter.index, stop
             ),
             stop.set,
             f"index rebuild of {name} stopped; the old index is still in use",

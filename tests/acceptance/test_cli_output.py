@@ -23,7 +23,7 @@ def test_json_logs_one_line_per_batch(reviews: psycopg.Connection, db_url: str) 
             db_url,
             "sync",
             "--once",
-            "--batch-size",
+            "--claim-size",
             "3",
             "--log-format",
             "json",

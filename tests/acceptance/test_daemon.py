@@ -35,7 +35,7 @@ def watched(reviews: psycopg.Connection) -> psycopg.Connection:
 
 def test_updates_never_wait_for_a_batch_in_flight(watched: psycopg.Connection, db_url: str) -> None:
     fill(watched, 400)
-    proc = start_sync(db_url, "--batch-size", "32", "--poll-seconds", "0.5")
+    proc = start_sync(db_url, "--claim-size", "32", "--poll-seconds", "0.5")
     try:
         wait_for(lambda: embedded_count(watched) > 0, 60, "the first batch")
         # Any wait longer than a write-back transaction (milliseconds) fails the UPDATE.
@@ -62,7 +62,7 @@ def test_sigkill_at_any_point_loses_nothing(watched: psycopg.Connection, db_url:
     fill(watched, 300)
     rng = random.Random(11)
     for round_ in range(3):
-        proc = start_sync(db_url, "--batch-size", "16", "--lease-seconds", "2")
+        proc = start_sync(db_url, "--claim-size", "16", "--lease-seconds", "2")
         before = embedded_count(watched)
         wait_for(lambda b=before: embedded_count(watched) > b, 60, "progress")  # type: ignore[misc]
         time.sleep(rng.uniform(0.0, 0.6))  # somewhere in claim / embed / write
@@ -83,7 +83,7 @@ def test_three_workers_split_the_work_without_embedding_a_row_twice(
     watched: psycopg.Connection, db_url: str
 ) -> None:
     fill(watched, 592)  # 600 rows with the 8 of the fixture
-    workers = [start_sync(db_url, "--batch-size", "16", "--poll-seconds", "0.5") for _ in range(3)]
+    workers = [start_sync(db_url, "--claim-size", "16", "--poll-seconds", "0.5") for _ in range(3)]
     try:
         wait_for(lambda: embedded_count(watched) == 600, 180, "all rows embedded")
         status = json.loads(cli("--database-url", db_url, "status", "--json").output)[0]
@@ -151,7 +151,7 @@ def test_sigterm_mid_batch_finishes_the_batch_and_exits_zero(
     watched: psycopg.Connection, db_url: str
 ) -> None:
     fill(watched, 600)
-    proc = start_sync(db_url, "--batch-size", "200")
+    proc = start_sync(db_url, "--claim-size", "200")
     # 400 claimed: the next batch is prefetched, so the first one is past its last chance to be
     # handed back unstarted (the worker checks for a stop just before it prefetches).
     wait_for(
@@ -186,7 +186,7 @@ def test_a_model_added_while_a_backlog_drains_is_served_at_once(
     watched: psycopg.Connection, db_url: str
 ) -> None:
     fill(watched, 1200)  # ~20 s of work for minilm at ~60 rows/s
-    proc = start_sync(db_url, "--batch-size", "16", "--poll-seconds", "30")
+    proc = start_sync(db_url, "--claim-size", "16", "--poll-seconds", "30")
     try:
         wait_for(lambda: embedded_count(watched) > 0, 60, "the first batch")
         watched.execute("CREATE TABLE notes (id integer PRIMARY KEY, body text)")

@@ -21,7 +21,7 @@ from pgembed.lifecycle import models
 LEASE = 3
 # Two batches of 50 texts of 256 word pieces: 4 s each on one idle core, 9 s on a loaded one.
 ROWS = 100
-SLOW = ["--lease-seconds", str(LEASE), "--batch-size", str(ROWS // 2)]
+SLOW = ["--lease-seconds", str(LEASE), "--claim-size", str(ROWS // 2)]
 
 
 def insert(conn: psycopg.Connection, n: int, start: int = 0) -> None:

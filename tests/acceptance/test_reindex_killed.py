@@ -31,7 +31,7 @@ def test_killed_reindex_resumes_and_status_shows_it(
 ) -> None:
     args = ["--database-url", db_url, "model", "alter", "minilm", "--pooling", "max"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pgembed", *args, "--batch-size", "2", "--lease-seconds", "3"],
+        [sys.executable, "-m", "pgembed", *args, "--claim-size", "2", "--lease-seconds", "3"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

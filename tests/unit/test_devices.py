@@ -1,5 +1,5 @@
 """Devices and precisions without a model: the CPU's bf16, torch threads, which precision runs
-where, refused precisions."""
+where, refused precisions, the device a reindex encodes on."""
 
 from __future__ import annotations
 
@@ -8,10 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
+from pgembed import defaults
+from pgembed.cli import model as cli_model
+from pgembed.cli import reindex as cli_reindex
 from pgembed.encode import convert, hardware, precision
-from pgembed.errors import ModelLoadError
+from pgembed.errors import ConfigError, ModelLoadError
+from pgembed.lifecycle import reindex
 
 
 def test_native_bf16_is_what_torch_and_the_kernel_report() -> None:
@@ -50,3 +55,36 @@ def test_int8_is_cpu_only_and_unknown_precisions_are_refused() -> None:
         convert.apply(object(), "int8", "cuda")
     with pytest.raises(ModelLoadError, match="unknown precision 'fp8'"):
         convert.apply(object(), "fp8", "cpu")
+
+
+def _fill_options(command: click.Command, args: list[str]) -> reindex.Options:
+    """The reindex Options the command line `args` gives (parsed as click parses them)."""
+    with command.make_context(command.name or "", list(args)) as ctx:  # click consumes it
+        return cli_reindex.run_options(ctx.params)
+
+
+@pytest.mark.parametrize(
+    ("command", "args"),
+    [(cli_reindex.reindex_cmd, ["m"]), (cli_model.model_alter, ["m", "--pooling", "cls"])],
+)
+def test_reindex_encodes_where_sync_would(
+    monkeypatch: pytest.MonkeyPatch, command: click.Command, args: list[str]
+) -> None:
+    # `pgembed reindex` and `model alter` passed no device, so their worker encoded on the CPU
+    # beside a GPU that `pgembed sync` and `model add --backfill` used: now all resolve alike.
+    for gpu in (True, False):
+        monkeypatch.setattr(hardware, "cuda_available", lambda gpu=gpu: gpu)
+        assert _fill_options(command, args).device == hardware.resolve_device("auto")
+        assert _fill_options(command, args).device == ("cuda" if gpu else "cpu")
+        assert _fill_options(command, [*args, "--device", "cpu"]).device == "cpu"
+    with pytest.raises(ConfigError, match="no CUDA GPU"):
+        _fill_options(command, [*args, "--device", "cuda"])
+
+
+def test_claim_size_and_its_deprecated_name(capsys: pytest.CaptureFixture[str]) -> None:
+    command = cli_reindex.reindex_cmd
+    assert _fill_options(command, ["m"]).claim_size == defaults.REINDEX_CLAIM_SIZE
+    assert _fill_options(command, ["m", "--claim-size", "8"]).claim_size == 8
+    assert capsys.readouterr().err == ""
+    assert _fill_options(command, ["m", "--batch-size", "9"]).claim_size == 9
+    assert "--batch-size is deprecated" in capsys.readouterr().err
