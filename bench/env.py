@@ -120,9 +120,9 @@ def embedded_server(home: Path) -> str:
     os.environ["PGEMBED_HOME"] = str(home)
     for var in ("PGEMBED_DATABASE_URL", "DATABASE_URL"):
         os.environ.pop(var, None)
-    from pgembed import embedded
+    from pgembed.embedded import server
 
-    return embedded.url()
+    return server.url()
 
 
 def create_reviews(conn: psycopg.Connection, texts: list[str], table: str = "reviews") -> None:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar, Unpack
 
 from psycopg_pool import AsyncConnectionPool
 
-from pgembed import api, db, defaults
+from pgembed import api, db, defaults, locate
 from pgembed.api import ModelOptions, SyncResult
 from pgembed.catalog.registry import ModelSpec
 from pgembed.client import check_database, encode, require_texts
@@ -149,7 +149,7 @@ class AsyncClient:
 
     async def _resolved_url(self) -> str:
         if self._url is None:
-            self._url = await asyncio.to_thread(db.resolve_url, self._database_url)
+            self._url = await asyncio.to_thread(locate.resolve_url, self._database_url)
         return self._url
 
     async def _ready(self) -> AsyncConnectionPool:

@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 
 import psycopg
 
-from pgembed import db, defaults, migrate
+from pgembed import db, defaults, locate, migrate
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import hardware
@@ -55,7 +55,7 @@ class ModelOptions(TypedDict, total=False):
 def migrate_schema(database_url: str | None = None) -> list[str]:
     """Install or upgrade the pgembed schema (`pgembed migrate`): the migration files applied,
     empty when it was current."""
-    with db.connection(db.resolve_url(database_url)) as conn:
+    with db.connection(locate.resolve_url(database_url)) as conn:
         return [migration.filename for migration in migrate.migrate(conn)]
 
 
@@ -147,7 +147,7 @@ def sync_once(
     `pgembed sync` daemon.
     """
     names = (models,) if isinstance(models, str) else tuple(models or ())
-    url = db.resolve_url(database_url)
+    url = locate.resolve_url(database_url)
     device = hardware.resolve_device("auto")
     options = worker.Options(
         models=names, claim_size=defaults.claim_size(device), once=True, device=device
@@ -166,6 +166,6 @@ def status(database_url: str | None = None) -> list[dict[str, Any]]:
 @contextmanager
 def connection(database_url: str | None) -> Iterator[psycopg.Connection]:
     """A connection to a database whose pgembed schema is current (else a SchemaError)."""
-    with plan.errors(), db.connection(db.resolve_url(database_url)) as conn:
+    with plan.errors(), db.connection(locate.resolve_url(database_url)) as conn:
         migrate.require_current(conn)
         yield conn

@@ -16,7 +16,7 @@ from typing import Any, TypeVar, Unpack
 
 from psycopg_pool import ConnectionPool
 
-from pgembed import api, db, defaults, migrate
+from pgembed import api, db, defaults, locate, migrate
 from pgembed.api import ModelOptions, SyncResult
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
@@ -42,7 +42,7 @@ class Client:
     def __init__(
         self, database_url: str | None = None, *, max_connections: int = defaults.POOL_MAX_SIZE
     ) -> None:
-        self.url = db.resolve_url(database_url)
+        self.url = locate.resolve_url(database_url)
         self._pool = db.pool(self.url, max_connections)
         self._lock = threading.Lock()
         self._opened = False

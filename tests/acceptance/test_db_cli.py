@@ -3,7 +3,6 @@ of the test's own, no URL in the environment."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,7 +15,8 @@ import psycopg
 import pytest
 
 from daemon_helpers import wait_for
-from pgembed.embedded import HOLDER_PID_FILE, _alive
+from pgembed.embedded import wheel
+from pgembed.embedded.holders import HOLDER_PID_FILE, is_alive
 
 UNREACHABLE = "postgresql://bob:hunter2@127.0.0.1:1/x"
 
@@ -59,15 +59,11 @@ def postmaster_pid(home: Path) -> int | None:
         pid = int((home / "pgdata" / "postmaster.pid").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    return pid if _alive(pid) else None
+    return pid if is_alive(pid) else None
 
 
 def holders(home: Path) -> list[int]:
-    path = home / "pgdata" / ".handle_pids.json"
-    try:
-        return list(json.loads(path.read_text()))
-    except (OSError, ValueError):
-        return []
+    return wheel.holders(home / "pgdata")
 
 
 def start_holder(home: Path) -> int | None:
@@ -85,12 +81,12 @@ def home(tmp_path: Path) -> Iterator[Path]:
         yield home
     finally:
         for pid in {*holders(home), start_holder(home)}:
-            if pid is not None and _alive(pid):
+            if pid is not None and is_alive(pid):
                 os.kill(pid, signal.SIGKILL)
         server = postmaster_pid(home)
         if server is not None:
             os.kill(server, signal.SIGQUIT)  # immediate shutdown
-            wait_for(lambda: not _alive(server), 15, "the embedded server to stop")
+            wait_for(lambda: not is_alive(server), 15, "the embedded server to stop")
 
 
 def wait_until_holding(home: Path, proc: subprocess.Popen[str]) -> None:
@@ -113,7 +109,7 @@ def test_start_url_psql_stop(home: Path) -> None:
     url = started.stdout.strip()
     assert url.startswith("postgresql://postgres") and "started" in started.stderr
     holder, server = start_holder(home), postmaster_pid(home)
-    assert holder is not None and _alive(holder) and server is not None
+    assert holder is not None and is_alive(holder) and server is not None
     again = run(home, "db", "start")
     assert again.returncode == 0 and again.stdout.strip() == url
     assert "already running" in again.stderr
@@ -140,7 +136,7 @@ def test_start_url_psql_stop(home: Path) -> None:
         f"stopped the `pgembed db start` holder (pid {holder})",
         "the embedded server stopped",
     ]
-    assert not _alive(holder) and not _alive(server) and postmaster_pid(home) is None
+    assert not is_alive(holder) and not is_alive(server) and postmaster_pid(home) is None
     assert start_holder(home) is None and holders(home) == []
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(url, connect_timeout=5)

@@ -15,9 +15,8 @@ import psutil
 from helpers import run_cli
 
 SETUP = """
-from pgembed import db
-from pgembed import embedded
-with db.connection(embedded.url()) as conn:
+from pgembed import db, locate
+with db.connection(locate.resolve_url()) as conn:
     conn.execute("CREATE TABLE notes (id int PRIMARY KEY, body text)")
     conn.execute("INSERT INTO notes VALUES (1, 'the battery drains overnight'), "
                  "(2, 'lovely crisp apples'), (3, 'the charger overheats')")

@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 import psycopg
 import pytest
 
-from pgembed import embedded
+from pgembed.embedded import access, server, wheel
 
 LONG = "x" * 90  # pgdata's socket path would pass the Unix limit: the socket goes elsewhere
 
@@ -52,7 +52,7 @@ def socket_dir(url: str) -> Path:
 
 def as_nobody(url: str) -> subprocess.CompletedProcess[str]:
     """psql as another local user, on the server's socket, as superuser `postgres`."""
-    psql = str(embedded.bin_dir() / "psql")
+    psql = str(wheel.bin_dir() / "psql")
     command = ["runuser", "-u", "nobody", "--", psql, "-w", "-h", str(socket_dir(url))]
     command += ["-U", "postgres", "-d", "postgres", "-Atc", "SELECT current_user"]
     return subprocess.run(command, capture_output=True, text=True, timeout=30)
@@ -117,20 +117,20 @@ def test_a_server_an_older_pgembed_started_is_locked_down_when_joined(base: Path
     finally:
         assert run(home, "db", "stop").returncode == 0
         remove_socket_dir(url, home)
-    assert embedded._postmaster_info(home / "pgdata") is None  # the last holder stopped it
+    assert server.postmaster(home / "pgdata") is None  # the last holder stopped it
 
 
 def test_a_socket_directory_another_user_made_first_is_not_used(base: Path) -> None:
     pgdata = base / LONG / "pgdata"
     pgdata.mkdir(parents=True, mode=0o700)
-    chosen = embedded._private_socket_dir(pgdata)
+    chosen = access.private_socket_dir(pgdata)
     try:
         assert chosen.parent == Path(tempfile.gettempdir())
         assert stat.S_IMODE(chosen.stat().st_mode) == 0o700
         chosen.rmdir()
         chosen.mkdir(mode=0o777)
         os.chown(chosen, 65534, 65534)  # nobody guessed the name and made it first
-        other = embedded._private_socket_dir(pgdata)
+        other = access.private_socket_dir(pgdata)
         assert other != chosen and other.stat().st_uid == pgdata.stat().st_uid
         assert stat.S_IMODE(other.stat().st_mode) == 0o700
         other.rmdir()

@@ -16,9 +16,9 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from pgembed import embedded
 from pgembed.cli import main
 from pgembed.cli.db import _password_in_env, _take_url_option
+from pgembed.embedded import holders
 from pgembed.errors import UsageError
 
 Invoke = Callable[..., Result]
@@ -117,10 +117,10 @@ def test_psql_arguments() -> None:
 
 def test_holders_are_described_by_their_command() -> None:
     python = sys.executable
-    assert embedded.describe_argv([python, "-m", "pgembed", "db", "hold"]) == "pgembed db hold"
-    assert embedded.describe_argv([python, "/venv/bin/pgembed", "sync"]) == "pgembed sync"
-    assert embedded.describe_argv([python, "app.py"]) == f"{python} app.py"
-    assert embedded.describe_process(os.getpid())
+    assert holders.describe_argv([python, "-m", "pgembed", "db", "hold"]) == "pgembed db hold"
+    assert holders.describe_argv([python, "/venv/bin/pgembed", "sync"]) == "pgembed sync"
+    assert holders.describe_argv([python, "app.py"]) == f"{python} app.py"
+    assert holders.describe_process(os.getpid())
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
@@ -131,10 +131,10 @@ def test_a_zombie_is_not_a_live_holder() -> None:
     while stat.read_text().rpartition(")")[2].split()[0] != "Z":  # exited, not yet reaped
         assert time.monotonic() < deadline, "the child did not exit"
         time.sleep(0.05)
-    assert not embedded._alive(child.pid)
+    assert not holders.is_alive(child.pid)
     child.wait()
-    assert not embedded._alive(child.pid)
-    assert embedded._alive(os.getpid())
+    assert not holders.is_alive(child.pid)
+    assert holders.is_alive(os.getpid())
 
 
 EXIT_ON_SIGNAL = textwrap.dedent(
