@@ -1,9 +1,13 @@
-"""Versioned plain-SQL migrations: applied in order, once, under an advisory lock, checksummed."""
+"""`pgembed migrate`: the run-once migrations (migrations/*.sql: tables, columns, data moves,
+drops), applied in order, once, checksummed; then the definitions (sql/definitions/*.sql: every
+function, trigger and grant, defined once), re-applied whenever one changed. All under an advisory
+lock, with a pinned search_path."""
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +17,7 @@ from pgembed import roles, sqlfiles
 from pgembed.errors import DatabaseError, SchemaError
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+DEFINITIONS_DIR = Path(__file__).parent / "sql" / "definitions"
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # Any constant works; this one is "pgembed" in ASCII, so it is easy to spot in pg_locks.
 _LOCK_KEY = 0x7067656D626564
@@ -33,6 +38,22 @@ class Migration:
         return f"{self.version:04d}_{self.name}.sql"
 
 
+@dataclass(frozen=True)
+class Definition:
+    """One file of sql/definitions/: statements that are safe to run again (CREATE OR REPLACE)."""
+
+    file: str
+    sql: str
+
+    @property
+    def filename(self) -> str:
+        return f"definitions/{self.file}"
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
 def available(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
     found = []
     for path in sorted(directory.glob("*.sql")):
@@ -40,6 +61,14 @@ def available(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
         if match:
             found.append(Migration(int(match[1]), match[2], path.read_text(encoding="utf-8")))
     return found
+
+
+def definitions(directory: Path = DEFINITIONS_DIR) -> list[Definition]:
+    """The definition files, in the order they are applied (by name)."""
+    return [
+        Definition(path.name, path.read_text(encoding="utf-8"))
+        for path in sorted(directory.glob("*.sql"))
+    ]
 
 
 def applied(conn: psycopg.Connection) -> dict[int, str]:
@@ -52,10 +81,21 @@ def applied(conn: psycopg.Connection) -> dict[int, str]:
 
 
 def migrate(
-    conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR, *, create_roles: bool = False
+    conn: psycopg.Connection,
+    directory: Path = MIGRATIONS_DIR,
+    *,
+    create_roles: bool = False,
+    definitions_dir: Path | None = None,
+    on_define: Callable[[Definition], None] | None = None,
 ) -> list[Migration]:
-    """Apply every pending migration, each in its own transaction; return what was applied.
-    The roles of least privilege are made with `create_roles`, and their grants kept current."""
+    """Apply every pending migration, each in its own transaction, and return them; then the
+    definitions if any changed (or a migration was applied), in one transaction, each file
+    passed to `on_define` once it is committed.
+    The definitions are the package's when `directory` is (a copy of older migrations would not
+    have the tables they read), or `definitions_dir`. The roles of least privilege are made with
+    `create_roles`, and their grants kept current."""
+    if definitions_dir is None and directory == MIGRATIONS_DIR:
+        definitions_dir = DEFINITIONS_DIR
     _require_vector_available(conn)
     conn.execute(sqlfiles.get("migrate", "lock"), {"key": _LOCK_KEY})
     try:
@@ -65,7 +105,7 @@ def migrate(
             conn.execute(sqlfiles.get("migrate", "bootstrap"))
         done = applied(conn)
         _refuse_tampered(done, available(directory))
-        newly = []
+        newly: list[Migration] = []
         for migration in available(directory):
             if migration.version in done:
                 continue
@@ -79,6 +119,11 @@ def migrate(
                 }
                 conn.execute(sqlfiles.get("migrate", "record"), record)
             newly.append(migration)
+        if definitions_dir is not None:
+            wanted = definitions(definitions_dir)
+            for definition in _define(conn, schema, wanted, force=bool(newly)):
+                if on_define is not None:
+                    on_define(definition)
         if create_roles:
             roles.create(conn)
         elif directory == MIGRATIONS_DIR:  # the grants read the current catalog
@@ -90,8 +135,41 @@ def migrate(
         conn.execute(sqlfiles.get("migrate", "unlock"), {"key": _LOCK_KEY})
 
 
-def require_current(conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR) -> None:
-    """Raise a SchemaError that says to run `pgembed migrate` unless the schema is current."""
+def _define(
+    conn: psycopg.Connection, schema: str, wanted: list[Definition], *, force: bool
+) -> list[Definition]:
+    """Every definition file again, in one transaction, when one differs from what was applied
+    (or `force`: a migration may have dropped what they define); [] when all are current."""
+    if not force and _defined(conn) == {d.file: d.sha256 for d in wanted}:
+        return []
+    with conn.transaction():
+        conn.execute(sqlfiles.get("migrate", "pin"), {"schema": schema})
+        for definition in wanted:
+            conn.execute(definition.sql.encode())
+        conn.execute(sqlfiles.get("migrate", "forget_definitions"))
+        for definition in wanted:
+            record = {"file": definition.file, "sha256": definition.sha256}
+            conn.execute(sqlfiles.get("migrate", "record_definition"), record)
+    return wanted
+
+
+def _defined(conn: psycopg.Connection) -> dict[str, str] | None:
+    """file -> sha256 of the definitions as last applied; None where that cannot be told (before
+    migration 0013, or for a role that may not read the record)."""
+    readable = conn.execute(sqlfiles.get("migrate", "definitions_readable")).fetchone()
+    if not readable or not readable[0]:
+        return None
+    return dict(conn.execute(sqlfiles.get("migrate", "defined")).fetchall())
+
+
+def require_current(
+    conn: psycopg.Connection,
+    directory: Path = MIGRATIONS_DIR,
+    definitions_dir: Path | None = None,
+) -> None:
+    """Raise a SchemaError that says to run `pgembed migrate` unless the schema is current: every
+    migration applied, and the definitions (the package's with its own migrations) as they are
+    in their files."""
     done = applied(conn)
     wanted = available(directory)
     if not done:
@@ -102,6 +180,19 @@ def require_current(conn: psycopg.Connection, directory: Path = MIGRATIONS_DIR) 
         raise SchemaError(
             f"the pgembed schema is behind ({len(missing)} pending migration(s), first "
             f"{missing[0]}): run `pgembed migrate`"
+        )
+    if definitions_dir is None and directory == MIGRATIONS_DIR:
+        definitions_dir = DEFINITIONS_DIR
+    if definitions_dir is None:
+        return
+    defined = _defined(conn)
+    if defined is None:  # a reader with the grants of older releases: nothing to check against
+        return
+    stale = [d.file for d in definitions(definitions_dir) if defined.get(d.file) != d.sha256]
+    if stale:
+        raise SchemaError(
+            f"the pgembed functions are behind this pgembed ({', '.join(stale)} changed): "
+            "run `pgembed migrate`"
         )
 
 

@@ -20,12 +20,12 @@ from pgembed.cli.progress import progress_bar
 @pass_app
 def migrate_cmd(app: App, create_roles: bool) -> None:
     """Install or upgrade the pgembed schema (and the vector extension)."""
+    defined: list[migrate.Definition] = []
     with app.connect(require_schema=False) as conn:
-        applied = migrate.migrate(conn, create_roles=create_roles)
-    if applied:
-        for migration in applied:
-            click.echo(f"applied {migration.filename}")
-    else:
+        applied = migrate.migrate(conn, create_roles=create_roles, on_define=defined.append)
+    for filename in [m.filename for m in applied] + [d.filename for d in defined]:
+        click.echo(f"applied {filename}")
+    if not applied and not defined:
         click.echo("the pgembed schema is up to date")
     if create_roles:
         click.echo(f"roles {roles.DAEMON} and {roles.READER} are ready: see README, Roles")

@@ -64,3 +64,18 @@ WHERE n.nspname OPERATOR(pg_catalog.=) %(schema)s
                   WHERE d.classid OPERATOR(pg_catalog.=) x.cls
                     AND d.objid OPERATOR(pg_catalog.=) x.oid AND d.deptype OPERATOR(pg_catalog.=) 'e')
 ORDER BY 1;
+
+-- name: definitions_readable
+-- Whether the record exists (migration 0013) and this role may read it.
+SELECT coalesce(pg_catalog.has_table_privilege(
+    pg_catalog.to_regclass('pgembed.definitions'), 'SELECT'), false);
+
+-- name: defined
+-- The definition files as last applied: file -> sha256.
+SELECT file, sha256 FROM pgembed.definitions;
+
+-- name: forget_definitions
+DELETE FROM pgembed.definitions;
+
+-- name: record_definition
+INSERT INTO pgembed.definitions (file, sha256) VALUES (%(file)s, %(sha256)s);

@@ -22,7 +22,8 @@ SELECT pg_catalog.to_regrole(%(role)s) IS NOT NULL;
 -- name: grant_daemon
 -- The sync daemon: the catalog to read, the queues to work, its heartbeat and batch records.
 GRANT USAGE ON SCHEMA pgembed TO pgembed_daemon;
-GRANT SELECT ON pgembed.migrations, pgembed.models, pgembed.model_versions TO pgembed_daemon;
+GRANT SELECT ON pgembed.migrations, pgembed.definitions, pgembed.models, pgembed.model_versions
+    TO pgembed_daemon;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgembed.queue, pgembed.inbox, pgembed.failures,
     pgembed.truncated, pgembed.workers, pgembed.batches TO pgembed_daemon;
 -- A batch's write-back locks its model's catalog row FOR SHARE (so a reindex switch waits for
@@ -35,6 +36,7 @@ GRANT UPDATE (status) ON pgembed.models TO pgembed_daemon;
 -- errors of every watched table, some of which a reader may not see (`status` needs the
 -- daemon's role).
 GRANT USAGE ON SCHEMA pgembed TO pgembed_reader;
-GRANT SELECT ON pgembed.migrations, pgembed.models, pgembed.model_versions TO pgembed_reader;
+GRANT SELECT ON pgembed.migrations, pgembed.definitions, pgembed.models, pgembed.model_versions
+    TO pgembed_reader;
 REVOKE ALL ON pgembed.queue, pgembed.inbox, pgembed.failures, pgembed.truncated,
     pgembed.workers, pgembed.batches FROM pgembed_reader;

@@ -1,8 +1,10 @@
--- pgembed schema, current definition (1 of 3): the schema, the vector extension, every table,
--- index and constraint, as they are after the last migration.
--- Not run by `pgembed migrate`, which applies migrations/*.sql (append-only, checksummed); this
--- is the reader's reference, and tests/integration/test_schema.py checks that the migrations
--- produce exactly these objects. Changes go in a new migration under migrations/ and here.
+-- pgembed schema, current definition of what runs once: the schema, the vector extension, every
+-- table, index and constraint, as they are after the last migration.
+-- Not run by `pgembed migrate`, which applies migrations/*.sql (append-only, checksummed), then
+-- re-applies sql/definitions/*.sql (functions, triggers, grants: their one definition). This is
+-- the reader's reference for the tables, and tests/integration/test_schema.py checks that the
+-- migrations and the definitions produce exactly this file's objects and the definitions'.
+-- A change to a table is a new migration *and* an edit here.
 
 -- pgembed's own schema (made by the bootstrap in migrate.py, before any migration).
 CREATE SCHEMA pgembed;
@@ -14,6 +16,14 @@ CREATE EXTENSION IF NOT EXISTS vector;
 CREATE TABLE pgembed.migrations (
     version    integer PRIMARY KEY,
     name       text NOT NULL,
+    sha256     text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- The sha256 of each file of sql/definitions/ as `pgembed migrate` last applied it: the files
+-- are applied again when one differs (or a migration was applied), never otherwise.
+CREATE TABLE pgembed.definitions (
+    file       text PRIMARY KEY,
     sha256     text NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
 );

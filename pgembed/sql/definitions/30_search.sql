@@ -1,9 +1,9 @@
--- pgembed schema, current definition (3 of 3): the search helpers pgembed.search,
--- pgembed.similar and pgembed.hybrid_search, the functions behind them, and the compiler that
--- generates pgembed.search from the catalog (with the triggers that rerun it).
--- Not run by `pgembed migrate`, which applies migrations/*.sql (append-only, checksummed); this
--- is the reader's reference, and tests/integration/test_schema.py checks that the migrations
--- produce exactly these objects. Changes go in a new migration under migrations/ and here.
+-- pgembed's SQL definitions (2 of 2): the search helpers pgembed.search, pgembed.similar and
+-- pgembed.hybrid_search, the functions behind them, and the compiler that generates
+-- pgembed.search from the catalog (with the triggers that rerun it).
+-- The one definition of each: `pgembed migrate` re-applies this file (CREATE OR REPLACE) after
+-- the run-once migrations whenever it changed, so a fix is an edit here, never a copy in a
+-- migration. See 20_capture.sql for the rules.
 --
 -- Identifiers reach the generated SQL only through format('%I') (or format_type(), from the
 -- server); filter values are never SQL text: they travel as one bound jsonb parameter.
@@ -21,7 +21,7 @@ SELECT vector_dims('[0]'::vector);
 
 -- pgvector's cosine distance operator, named by the extension's schema: every pgembed function
 -- resolves names in pg_catalog only, so nobody's schema on a search_path can take a name over.
-CREATE FUNCTION pgembed._distance_v1() RETURNS text
+CREATE OR REPLACE FUNCTION pgembed._distance_v1() RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT format('OPERATOR(%I.<=>)', n.nspname)
     FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
@@ -29,7 +29,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 $fn$;
 
 -- The catalog row of a model, or a clear error.
-CREATE FUNCTION pgembed._model_v1(model text) RETURNS pgembed.models
+CREATE OR REPLACE FUNCTION pgembed._model_v1(model text) RETURNS pgembed.models
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     m pgembed.models;
@@ -44,7 +44,7 @@ END
 $fn$;
 
 -- The type of a column of the model's table without its modifier (a cast to it never truncates).
-CREATE FUNCTION pgembed._column_type_v1(m pgembed.models, col text) RETURNS text
+CREATE OR REPLACE FUNCTION pgembed._column_type_v1(m pgembed.models, col text) RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT format_type(a.atttypid, NULL)
     FROM pg_attribute a
@@ -53,7 +53,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 $fn$;
 
 -- One filter condition on t.<col>; its value is `$<param> -> <slot>`, a bound parameter.
-CREATE FUNCTION pgembed._condition_v1(
+CREATE OR REPLACE FUNCTION pgembed._condition_v1(
     col text, typ text, op text, val jsonb, param integer, slot integer
 ) RETURNS text
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
@@ -88,7 +88,7 @@ END
 $fn$;
 
 -- A filter ({"col": value, "col": {"$op": value}, ...}) as " AND ..." conditions plus their values.
-CREATE FUNCTION pgembed._filter_v1(
+CREATE OR REPLACE FUNCTION pgembed._filter_v1(
     m pgembed.models, filter jsonb, param integer, OUT clause text, OUT args jsonb
 )
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
@@ -131,7 +131,7 @@ END
 $fn$;
 
 -- Whether the caller chose `knob`: its value is neither pgvector's built-in one nor pgembed's own.
-CREATE FUNCTION pgembed._own_setting_v1(knob text, builtin text) RETURNS boolean
+CREATE OR REPLACE FUNCTION pgembed._own_setting_v1(knob text, builtin text) RETURNS boolean
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT current_setting(knob, true) IS DISTINCT FROM builtin
        AND current_setting(knob, true) IS DISTINCT FROM
@@ -140,7 +140,7 @@ $fn$;
 
 -- {hnsw.ef_search, hnsw.iterative_scan} for a search with this model: pgembed.ef_search when set,
 -- else the caller's own values, else the model's ef_search (NULL: pgvector's) and relaxed scans.
-CREATE FUNCTION pgembed._settings_v1(model text) RETURNS text[]
+CREATE OR REPLACE FUNCTION pgembed._settings_v1(model text) RETURNS text[]
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT ARRAY[
         CASE WHEN nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL
@@ -154,7 +154,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 $fn$;
 
 -- SET LOCAL the two settings _settings_v1 chose (a NULL leaves that one alone).
-CREATE FUNCTION pgembed._use_settings_v1(settings text[]) RETURNS void
+CREATE OR REPLACE FUNCTION pgembed._use_settings_v1(settings text[]) RETURNS void
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT set_config('hnsw.ef_search', settings[1], true) WHERE settings[1] IS NOT NULL;
     SELECT set_config('hnsw.iterative_scan', settings[2], true) WHERE settings[2] IS NOT NULL;
@@ -162,7 +162,7 @@ $fn$;
 
 -- For a statement pgembed does not wrap (the SQLAlchemy helpers): SET LOCAL the settings for the
 -- rest of the transaction, remembered in pgembed.applied_* so they are not taken for the caller's.
-CREATE FUNCTION pgembed._apply_settings_v1(model text) RETURNS void
+CREATE OR REPLACE FUNCTION pgembed._apply_settings_v1(model text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     settings text[] := pgembed._settings_v1(model);
@@ -177,7 +177,7 @@ END
 $fn$;
 
 -- A clear error for a bad k, a NULL query vector or one of the wrong dimensions.
-CREATE FUNCTION pgembed._check_query_v1(m pgembed.models, query vector, k integer) RETURNS void
+CREATE OR REPLACE FUNCTION pgembed._check_query_v1(m pgembed.models, query vector, k integer) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
     IF k IS NULL OR k < 1 THEN
@@ -196,7 +196,7 @@ END
 $fn$;
 
 -- The vector of an existing row, or a clear error when it is missing, invisible or not embedded.
-CREATE FUNCTION pgembed._row_vector_v1(model text, row_key text) RETURNS vector
+CREATE OR REPLACE FUNCTION pgembed._row_vector_v1(model text, row_key text) RETURNS vector
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 SET datestyle = 'ISO, MDY' SET intervalstyle = 'postgres' SET timezone = 'UTC'
@@ -231,7 +231,7 @@ $fn$;
 -- exact scan leaves out reading each row's vector back from TOAST, where rows with a long text
 -- keep it, and it chose a scan several times slower than the index on tables of thousands of
 -- such rows (BENCHMARKS.md, "The index or an exact scan").
-CREATE FUNCTION pgembed._exact_v1(rel regclass) RETURNS boolean
+CREATE OR REPLACE FUNCTION pgembed._exact_v1(rel regclass) RETURNS boolean
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT coalesce(c.reltuples >= 0 AND c.reltuples < 200, false)
     FROM pg_class c WHERE c.oid = rel
@@ -239,7 +239,7 @@ $fn$;
 
 -- A chunked model's chunk table, pgembed_<name>_chunks beside its table, if it is pgembed's
 -- (see _own_chunks_v1); else NULL.
-CREATE FUNCTION pgembed._model_chunks_v1(m pgembed.models) RETURNS regclass
+CREATE OR REPLACE FUNCTION pgembed._model_chunks_v1(m pgembed.models) RETURNS regclass
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT pgembed._own_chunks_v1(
         format('%I.%I', m.table_schema, 'pgembed_' || m.name || '_chunks'))
@@ -254,7 +254,7 @@ $fn$;
 -- ran out of chunks, or its farthest is no nearer than the last row (else the caller reads
 -- deeper). A chunk counts only while its row has a vector: a row whose text changed waits for
 -- its new chunks with its new vector.
-CREATE FUNCTION pgembed._semantic_v1(
+CREATE OR REPLACE FUNCTION pgembed._semantic_v1(
     m pgembed.models, conditions text, lim text, depth integer
 ) RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
@@ -309,7 +309,7 @@ END
 $fn$;
 
 -- The k nearest rows, by a query planned on every call; its SET clauses end the SET LOCALs with it.
-CREATE FUNCTION pgembed._nearest_v1(
+CREATE OR REPLACE FUNCTION pgembed._nearest_v1(
     model text, query vector, k integer, filter jsonb, exclude_key text, settings text[]
 ) RETURNS TABLE (key text, similarity double precision)
 LANGUAGE plpgsql
@@ -370,7 +370,7 @@ END
 $fn$;
 
 -- Reciprocal-rank fusion (constant 60) of the vector ranking and the full-text ranking.
-CREATE FUNCTION pgembed._hybrid_v1(
+CREATE OR REPLACE FUNCTION pgembed._hybrid_v1(
     model text, query vector, query_text text, k integer, filter jsonb, settings text[]
 ) RETURNS TABLE (key text, score double precision)
 LANGUAGE plpgsql
@@ -429,7 +429,7 @@ $fn$;
 ------------------------------------------------------------------------------------------------
 
 -- The k rows nearest to an existing row, the row itself excluded.
-CREATE FUNCTION pgembed.similar(
+CREATE OR REPLACE FUNCTION pgembed.similar(
     model text, key text, k integer DEFAULT 10, filter jsonb DEFAULT NULL
 ) RETURNS TABLE (key text, similarity double precision)
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
@@ -438,7 +438,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
 $fn$;
 
 -- Vector search fused with full-text search of the embedded text.
-CREATE FUNCTION pgembed.hybrid_search(
+CREATE OR REPLACE FUNCTION pgembed.hybrid_search(
     model text, query vector, query_text text, k integer DEFAULT 10, filter jsonb DEFAULT NULL
 ) RETURNS TABLE (key text, score double precision)
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
@@ -477,7 +477,7 @@ COMMENT ON FUNCTION pgembed.hybrid_search(text, vector, text, integer, jsonb) IS
 ------------------------------------------------------------------------------------------------
 
 -- Rebuild pgembed.search from pgembed.models (only the triggers below and migrations call it).
-CREATE FUNCTION pgembed._compile_search_v1() RETURNS void
+CREATE OR REPLACE FUNCTION pgembed._compile_search_v1() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     m pgembed.models;
@@ -620,7 +620,7 @@ REVOKE EXECUTE ON FUNCTION pgembed._compile_search_v1() FROM PUBLIC;
 
 -- The trigger that reruns the compiler; SECURITY DEFINER, so whoever may change pgembed.models
 -- (e.g. `pgembed tune` as another role) rebuilds the function as its owner.
-CREATE FUNCTION pgembed._recompile_search_v1() RETURNS trigger
+CREATE OR REPLACE FUNCTION pgembed._recompile_search_v1() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
     PERFORM pgembed._compile_search_v1();
@@ -632,16 +632,18 @@ REVOKE EXECUTE ON FUNCTION pgembed._recompile_search_v1() FROM PUBLIC;
 
 -- Every change to what the generated queries read (a model added, removed, renamed, switched to
 -- a new version, or tuned), deferred to the commit: the rebuild sees the transaction's last state.
+-- (Constraint triggers have no OR REPLACE: dropped and made again, in the same transaction.)
+DROP TRIGGER IF EXISTS recompile_search ON pgembed.models;
 CREATE CONSTRAINT TRIGGER recompile_search
 AFTER INSERT OR DELETE OR UPDATE OF name, table_schema, table_name, key_column, embedding_column,
     dimensions, ef_search, long_texts
 ON pgembed.models DEFERRABLE INITIALLY DEFERRED
 FOR EACH ROW EXECUTE FUNCTION pgembed._recompile_search_v1();
 -- The same for TRUNCATE pgembed.models.
-CREATE TRIGGER recompile_search_truncate
+CREATE OR REPLACE TRIGGER recompile_search_truncate
 AFTER TRUNCATE ON pgembed.models FOR EACH STATEMENT EXECUTE FUNCTION pgembed._recompile_search_v1();
 
--- Generate pgembed.search for the current catalog (no model yet).
+-- Generate pgembed.search for the current catalog (its models, or none on a new install).
 SELECT pgembed._compile_search_v1();
 
 COMMENT ON FUNCTION pgembed.search(text, vector, integer, jsonb) IS

@@ -1,7 +1,12 @@
--- pgembed schema, current definition (2 of 3): the change-capture trigger functions.
--- Not run by `pgembed migrate`, which applies migrations/*.sql (append-only, checksummed); this
--- is the reader's reference, and tests/integration/test_schema.py checks that the migrations
--- produce exactly these objects. Changes go in a new migration under migrations/ and here.
+-- pgembed's SQL definitions (1 of 2): the change-capture trigger functions.
+-- The one definition of each function, trigger function, trigger on pgembed's tables and their
+-- grants. `pgembed migrate` re-applies every file of sql/definitions/ in name order, in one
+-- transaction, after the run-once migrations (migrations/*.sql: tables, columns, data moves,
+-- drops), whenever one of them changed or a migration was applied; pgembed.definitions records
+-- each file's sha256. So every statement here must be safe to run again: CREATE OR REPLACE,
+-- DROP ... IF EXISTS then CREATE, GRANT/REVOKE, COMMENT. A change that OR REPLACE cannot make
+-- (a new return type, a renamed or removed argument) drops the old function in a new migration
+-- first; a function that is no longer wanted is dropped by a migration and deleted here.
 --
 -- Each model puts triggers on its source table (pgembed/capture.py) that call these with
 -- arguments (model, key column, text columns comma-separated[, embedding column]). User identifiers reach SQL
@@ -10,7 +15,7 @@
 
 -- Whether a text has anything but white space (Unicode's too: NBSP, ideographic space, ...).
 -- Operators are qualified: the function is inlined into callers with any search_path.
-CREATE FUNCTION pgembed._has_text_v1(t text) RETURNS boolean
+CREATE OR REPLACE FUNCTION pgembed._has_text_v1(t text) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
     SELECT t OPERATOR(pg_catalog.~)
         '[^[:space:]\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff]'
@@ -20,7 +25,7 @@ $fn$;
 -- there is one (so a full-text index on it still matches), else the columns joined by a newline,
 -- a NULL one as empty. || and coalesce(), not concat_ws(): an index expression must be immutable.
 -- pgembed/catalog/naming.py (text_expression) writes the same for the sessions' SQL.
-CREATE FUNCTION pgembed._text_v1(columns text[], alias text) RETURNS text
+CREATE OR REPLACE FUNCTION pgembed._text_v1(columns text[], alias text) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT CASE WHEN cardinality(columns) = 1 THEN format('%s.%I', alias, columns[1])
            ELSE (SELECT string_agg(format('coalesce(%s.%I::pg_catalog.text, '''')', alias, c),
@@ -32,7 +37,7 @@ $fn$;
 -- application's write then goes on without it (a WARNING says so); `pgembed status` marks the
 -- model broken. Checked in the catalog, not by catching the error: a subtransaction per row
 -- would slow every bulk UPDATE.
-CREATE FUNCTION pgembed._missing_column_v1(rel oid, model text, columns text[]) RETURNS text
+CREATE OR REPLACE FUNCTION pgembed._missing_column_v1(rel oid, model text, columns text[]) RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT format('pgembed model %s: table %s has no column %s any more (renamed or dropped?), '
                   'so this change was not captured: rename it back, or `pgembed model remove %s`',
@@ -47,7 +52,7 @@ $fn$;
 -- the owner of schema pgembed (`model add` gives it that owner). Anything else by that name, a
 -- view or another role's table put there after pgembed's was dropped, could run that role's code
 -- (a trigger, a rule, a function in a view) as whoever writes or reads the chunks.
-CREATE FUNCTION pgembed._own_chunks_v1(chunks text) RETURNS regclass
+CREATE OR REPLACE FUNCTION pgembed._own_chunks_v1(chunks text) RETURNS regclass
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT c.oid::regclass FROM pg_class c
     WHERE c.oid = to_regclass(chunks) AND c.relkind = 'r'
@@ -56,7 +61,7 @@ $fn$;
 
 -- A chunked model's chunk table, named by the trigger's argument (NULL: the model does not chunk).
 -- One that is gone (dropped by hand) or not pgembed's only warns: the application's write goes on.
-CREATE FUNCTION pgembed._chunk_table_v1(model text, chunks text) RETURNS regclass
+CREATE OR REPLACE FUNCTION pgembed._chunk_table_v1(model text, chunks text) RETURNS regclass
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     found regclass := pgembed._own_chunks_v1(chunks);
@@ -77,7 +82,7 @@ $fn$;
 
 -- Inserted rows, per statement from the transition table pgembed_new: one append to the inbox
 -- and one NOTIFY per statement. NULL keys and texts with nothing but white space are skipped.
-CREATE FUNCTION pgembed.capture_insert_v1() RETURNS trigger
+CREATE OR REPLACE FUNCTION pgembed.capture_insert_v1() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET datestyle = 'ISO, MDY' SET intervalstyle = 'postgres' SET timezone = 'UTC'
@@ -113,7 +118,7 @@ $fn$;
 -- never served for a text it was not made from. A chunked model (a fifth argument: its chunk
 -- table) re-embeds a row under a new key too, and a cleared vector takes the old key's chunks
 -- along. Arguments: model, key, text, vector column[, chunk table].
-CREATE FUNCTION pgembed.capture_update_v1() RETURNS trigger
+CREATE OR REPLACE FUNCTION pgembed.capture_update_v1() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET datestyle = 'ISO, MDY' SET intervalstyle = 'postgres' SET timezone = 'UTC'
@@ -176,7 +181,7 @@ $fn$;
 
 -- Deleted rows, per statement from the transition table pgembed_old: forget their pending work
 -- (and a chunked model's chunks). Arguments: model, key, text[, chunk table].
-CREATE FUNCTION pgembed.capture_delete_v1() RETURNS trigger
+CREATE OR REPLACE FUNCTION pgembed.capture_delete_v1() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET datestyle = 'ISO, MDY' SET intervalstyle = 'postgres' SET timezone = 'UTC'
@@ -211,7 +216,7 @@ END
 $fn$;
 
 -- A truncated source table: forget all of the model's pending work, and truncate its chunks.
-CREATE FUNCTION pgembed.capture_truncate_v1() RETURNS trigger
+CREATE OR REPLACE FUNCTION pgembed.capture_truncate_v1() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     chunks regclass := pgembed._chunk_table_v1(TG_ARGV[0], TG_ARGV[3]);
