@@ -40,14 +40,16 @@ def differences(migrated: dict[str, str], reference: dict[str, str]) -> list[str
     found = []
     for key in sorted(migrated.keys() | reference.keys()):
         if key not in reference:
-            found.append(f"{key}: made by the migrations, missing from sql/schema/")
+            found.append(
+                f"{key}: made by the migrations, missing from sql/schema/ and sql/definitions/"
+            )
         elif key not in migrated:
-            found.append(f"{key}: defined in sql/schema/, not made by the migrations")
+            found.append(f"{key}: defined in sql/schema/ or sql/definitions/, not made by migrate")
         elif migrated[key] != reference[key]:
             diff = difflib.unified_diff(
                 reference[key].splitlines(keepends=True),
                 migrated[key].splitlines(keepends=True),
-                fromfile=f"sql/schema/: {key}",
+                fromfile=f"sql/schema/ + sql/definitions/: {key}",
                 tofile=f"migrations: {key}",
             )
             found.append("".join(diff))
@@ -76,8 +78,8 @@ def test_migrations_yield_the_current_schema(empty_db_url: str, other_empty_db_u
     problems = differences(migrated, reference)
     if problems:
         pytest.fail(
-            f"{len(problems)} object(s) differ between the migrations and pgembed/sql/schema/ "
-            "(- sql/schema, + migrations):\n\n" + "\n".join(problems),
+            f"{len(problems)} object(s) differ between `pgembed migrate` and pgembed/sql/schema/ "
+            "+ sql/definitions/ (- the files, + migrate):\n\n" + "\n".join(problems),
             pytrace=False,
         )
 
