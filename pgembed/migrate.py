@@ -91,11 +91,9 @@ def migrate(
     """Apply every pending migration, each in its own transaction, and return them; then the
     definitions if any changed (or a migration was applied), in one transaction, each file
     passed to `on_define` once it is committed.
-    The definitions are the package's when `directory` is (a copy of older migrations would not
-    have the tables they read), or `definitions_dir`. The roles of least privilege are made with
-    `create_roles`, and their grants kept current."""
-    if definitions_dir is None and directory == MIGRATIONS_DIR:
-        definitions_dir = DEFINITIONS_DIR
+    The definitions are the package's with its own migrations, else `definitions_dir`. The
+    roles of least privilege are made with `create_roles`, and their grants kept current."""
+    definitions_dir = _definitions_beside(directory, definitions_dir)
     _require_vector_available(conn)
     conn.execute(sqlfiles.get("migrate", "lock"), {"key": _LOCK_KEY})
     try:
@@ -133,6 +131,14 @@ def migrate(
         raise DatabaseError(f"migration failed: {exc}") from None
     finally:
         conn.execute(sqlfiles.get("migrate", "unlock"), {"key": _LOCK_KEY})
+
+
+def _definitions_beside(directory: Path, given: Path | None) -> Path | None:
+    """The definitions that go with these migrations: the package's with its own migrations (a
+    copy of older ones would lack the tables the definitions read), else only those given."""
+    if given is None and directory == MIGRATIONS_DIR:
+        return DEFINITIONS_DIR
+    return given
 
 
 def _define(
@@ -181,8 +187,7 @@ def require_current(
             f"the pgembed schema is behind ({len(missing)} pending migration(s), first "
             f"{missing[0]}): run `pgembed migrate`"
         )
-    if definitions_dir is None and directory == MIGRATIONS_DIR:
-        definitions_dir = DEFINITIONS_DIR
+    definitions_dir = _definitions_beside(directory, definitions_dir)
     if definitions_dir is None:
         return
     defined = _defined(conn)
