@@ -65,6 +65,13 @@ def empty_db_url(server_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def other_empty_db_url(server_url: str) -> Iterator[str]:
+    """A second fresh database without the pgembed schema (empty_db_url gives the first)."""
+    with database(server_url, "e") as url:
+        yield url
+
+
+@pytest.fixture
 def conn(db_url: str) -> Iterator[psycopg.Connection]:
     with db.connection(db_url) as connection:
         yield connection
