@@ -102,7 +102,7 @@ def add_model(
         if exist_ok and registry.exists(conn, name):
             spec = _same_model(registry.get(conn, name), request)
             if fulltext:  # asked for now, perhaps not when it was added: build it if missing
-                lifecycle.fulltext(conn, name)
+                lifecycle.add_fulltext_index(conn, name)
             return spec
         return lifecycle.add(conn, request)[0]
 

@@ -174,7 +174,7 @@ def model_remove(app: App, name: str) -> None:
 def model_fulltext(app: App, name: str) -> None:
     """Create model NAME's full-text index (for --hybrid), without blocking writes."""
     with app.connect() as conn:
-        spec = models.fulltext(conn, name, url=app.url, on_wait=_say_waiting)
+        spec = models.add_fulltext_index(conn, name, url=app.url, on_wait=_say_waiting)
     click.echo(f"model {spec.name}: full-text index pgembed_{spec.name}_fts is ready")
 
 

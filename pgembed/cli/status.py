@@ -70,7 +70,7 @@ def _status_text(conn: psycopg.Connection, report: list[dict[str, Any]]) -> str:
             continue
         lines.append(
             f"{m['name']}: {m['model']} ({m['pooling']}, {m['dimensions']}d) on "
-            f"{m['table']}.{m['column']}\n"
+            f"{m['table']}.{'+'.join(m['text_columns'])}\n"
             f"  embedded {m['rows_embedded']}/{m['rows_total']}  queued {m['queued']}  "
             f"lag {m['lag_seconds']:.1f}s  failed {m['failed']}  truncated {m['truncated']}  "
             f"{m['rows_per_second']:.1f} rows/s  workers {len(m['workers'])}\n"
@@ -93,7 +93,7 @@ def _broken_text(m: dict[str, Any]) -> str:
     """A model whose table or column is gone: why, and what is still known."""
     return (
         f"{m['name']}: BROKEN: {m['broken']}\n"
-        f"  ({m['model']} on {m['table']}.{m['column']})  queued {m['queued']}  "
+        f"  ({m['model']} on {m['table']}.{'+'.join(m['text_columns'])})  queued {m['queued']}  "
         f"failed {m['failed']}"
     )
 

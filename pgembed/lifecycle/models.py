@@ -172,7 +172,7 @@ def remove(conn: psycopg.Connection, name: str, on_wait: ddl.OnWait | None = Non
     return spec
 
 
-def fulltext(
+def add_fulltext_index(
     conn: psycopg.Connection,
     name: str,
     *,

@@ -38,6 +38,9 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
         "name": spec.name,
         "broken": problem,
         "table": spec.qualified_table,
+        # The text columns embedded together (joined by a newline), in order; `column` (the first
+        # alone) and `columns` are the earlier names, kept for readers of this JSON.
+        "text_columns": list(spec.text_columns),
         "column": spec.text_column,
         "columns": list(spec.text_columns),
         "embedding_column": spec.embedding_column,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import psycopg
 import pytest
@@ -133,3 +135,13 @@ def test_the_api_takes_several_columns(conn: psycopg.Connection, db_url: str) ->
     with db.connection(db_url) as other, pytest.raises(pgembed.UsageError, match="column"):
         del other
         pgembed.add_model("m", "notes", "body", exist_ok=True, database_url=db_url)
+
+
+def test_status_reports_every_text_column(products: psycopg.Connection, db_url: str) -> None:
+    result = cli("--database-url", db_url, "status", "--json")
+    assert result.exit_code == 0, result.output
+    report = next(m for m in json.loads(result.output) if m["name"] == "minilm")
+    assert report["text_columns"] == ["title", "body"]
+    assert (report["column"], report["columns"]) == ("title", ["title", "body"])  # earlier keys
+    text = cli("--database-url", db_url, "status").output
+    assert "on public.products.title+body" in text

@@ -143,7 +143,7 @@ def test_model_fulltext_says_which_transaction_it_waits_for_and_blocks_nobody(
     with psycopg.connect(db_url) as writer:  # an open write transaction: CIC waits for it
         writer.execute("INSERT INTO public.docs VALUES (100, 'written, not committed')")
         building = Background(
-            db_url, lambda c, say: models.fulltext(c, "minilm", url=db_url, on_wait=say)
+            db_url, lambda c, say: models.add_fulltext_index(c, "minilm", url=db_url, on_wait=say)
         )
         line = building.wait_for_line()
         assert f"waits for pid {writer.info.backend_pid} to end its transaction" in line

@@ -135,7 +135,7 @@ def test_search_path_hijack_leaves_the_role_powerless(
 
         # Everything pgembed does, as a superuser: add, capture, sync, every search, status.
         models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
-        models.fulltext(conn, "minilm")
+        models.add_fulltext_index(conn, "minilm")
         whole = models.AddRequest("whole", "docs", "body", precision="fp32", long_texts="chunk")
         models.add(conn, whole)  # a chunked model: its chunk table, joined to docs by key
         conn.execute(
