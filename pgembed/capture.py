@@ -1,10 +1,10 @@
 """Change capture: the triggers that queue a model's keys when its text changes.
 
-The trigger functions themselves are SQL (sql/schema/20_capture.sql): an INSERT or TRUNCATE is one
-statement-level trigger, an UPDATE of the key or text (or a vector written by hand) a row trigger
-that also clears the stale vector, a DELETE removes the keys' queue entries. The worker's own
-vector writes enqueue nothing. A chunked model's triggers also clear the chunks of a row whose
-vector they clear, of deleted rows, and of a truncated table.
+The trigger functions themselves are SQL (sql/definitions/20_capture.sql): an INSERT or
+TRUNCATE is one statement-level trigger, an UPDATE of the key or text (or a vector written by
+hand) a row trigger that also clears the stale vector, a DELETE removes the keys' queue
+entries. The worker's own vector writes enqueue nothing. A chunked model's triggers also clear
+the chunks of a row whose vector they clear, of deleted rows, and of a truncated table.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from pgembed import roles
+from pgembed import roles, sqlfiles
 from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
 
@@ -108,5 +108,11 @@ def enqueue_existing(conn: psycopg.Connection, spec: ModelSpec) -> int:
         ),
         (spec.name,),
     )
-    conn.execute("SELECT pg_catalog.pg_notify(%s, %s)", (naming.CHANNEL, spec.name))
+    notify(conn, spec.name)
     return cur.rowcount
+
+
+def notify(conn: psycopg.Connection, model: str) -> None:
+    """Wake the workers: `model` has keys to embed (or is new to them). The one NOTIFY of the
+    Python side (the capture triggers send their own); it is sent when the transaction commits."""
+    conn.execute(sqlfiles.get("sync", "notify"), {"channel": naming.CHANNEL, "model": model})

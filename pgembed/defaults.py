@@ -1,6 +1,9 @@
-"""Every default value pgembed uses, in one place, with why it is what it is.
+"""The defaults of syncing, encoding, the lifecycle commands and the Client, in one place, each
+with why it is what it is.
 
-The CLI's options, the worker's Options, the reindex Options and the Python API all read these.
+The CLI's options, the worker's Options, the reindex Options and the Python API read these. A
+value that belongs to one module stays beside its code: a new model's HNSW m and ef_construction
+(catalog/registry.py), `pgembed serve`'s pool and limits (serve/), a search's k (search/).
 """
 
 from __future__ import annotations

@@ -31,7 +31,6 @@ def fill_options(command: F) -> F:
                 type=click.IntRange(1, 10_000),
                 help=f"Keys claimed at once. Default: {defaults.REINDEX_CLAIM_SIZE}.",
             ),
-            deprecated_batch_size,
             click.option(
                 "--lease-seconds",
                 type=click.FloatRange(min=1),
@@ -49,7 +48,7 @@ def fill_options(command: F) -> F:
                 type=click.Choice(hardware.DEVICES),
                 default="auto",
                 show_default=True,
-                help="Where to encode, as `pgembed sync`: auto picks a CUDA GPU when one is visible.",
+                help="Where to encode, as `pgembed sync`: auto picks a CUDA GPU if one is visible.",
             ),
             click.option(
                 "--maintenance-work-mem",
@@ -67,7 +66,7 @@ def fill_options(command: F) -> F:
         ]
     ):
         command = option(command)
-    return command
+    return deprecated_batch_size(command)
 
 
 def hnsw_options(command: F) -> F:

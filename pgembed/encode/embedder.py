@@ -182,15 +182,13 @@ class Embedder:
         limit = self.max_chars
         return [prefix + (t if len(t) <= limit else t[:limit]) for t in texts]
 
-    def _sorted(
-        self, texts: list[str], batch_size: int | None, counts: list[int] | None = None
-    ) -> Vectors:
+    def _sorted(self, texts: list[str], batch_size: int | None) -> Vectors:
         """Encode in batches of similar word-piece counts; vectors in the texts' order."""
         size = batch_size or self.batch_size
         if len(texts) <= size:  # one batch (a query, typically): nothing to count or sort
             return self._encode_batch(texts)
         limit = self.info.max_seq_length
-        counts = self._count(texts) if counts is None else counts
+        counts = self._count(texts)
         vectors = np.empty((len(texts), self.info.dimensions), dtype=np.float32)
         for batch in batches.plan([min(n, limit) for n in counts], size):
             vectors[batch] = self._encode_batch([texts[i] for i in batch])

@@ -30,7 +30,7 @@ from pgembed.encode.convert import PRECISIONS
 from pgembed.encode.embedder import Settings, Vectors
 from pgembed.errors import ModelLoadError, UsageError
 
-log = logging.getLogger("pgembed.sync")
+log = logging.getLogger("pgembed.encode")
 
 REQUESTS = ("auto", "fp32", "bf16", "int8", *engines.VARIANTS)
 KNOWN = (*PRECISIONS, *engines.VARIANTS)

@@ -66,9 +66,9 @@ def _swap_in(conn: psycopg.Connection, name: str) -> ModelSpec:
     _swap_chunks(conn, old, shadow, new)
     capture.create_triggers(conn, new)
     moves = {"name": name, "shadow": shadow.name, "version": new.version}
-    moves["channel"] = naming.CHANNEL
     for statement in sqlfiles.statements("lifecycle", "move_bookkeeping"):
         conn.execute(statement, moves)
+    capture.notify(conn, name)  # the shadow's queue is the model's now: wake its workers
     conn.execute(sqlfiles.get("lifecycle", "update_model"), new.as_dict())
     return new
 

@@ -63,9 +63,6 @@ UPDATE pgembed.batches SET model = %(name)s WHERE model = %(shadow)s;
 DELETE FROM pgembed.models WHERE name = %(shadow)s;
 UPDATE pgembed.model_versions SET activated_at = pg_catalog.now()
 WHERE name = %(name)s AND version = %(version)s;
-SELECT pg_catalog.pg_notify(%(channel)s, %(name)s) FROM (SELECT key FROM pgembed.queue
-WHERE model = %(name)s UNION ALL SELECT key FROM pgembed.inbox WHERE model = %(name)s) k
-LIMIT 1;
 
 -- name: set_hnsw_parameters
 -- An index rebuild records its parameters on the model and on its current version.

@@ -1,5 +1,6 @@
 -- Every static statement of the sync path (claim, read, write-back, account, workers).
--- Loaded by pgembed.sqlfiles; pgembed/sync/store.py is the only caller.
+-- Loaded by pgembed.sqlfiles; pgembed/sync/store.py is the only caller, but for `notify`
+-- (capture.notify: whatever queues keys wakes the workers with it).
 
 -- name: claim
 -- Take up to `limit` ready keys; the lease is the pushed-forward next_attempt_at, so a killed
@@ -147,3 +148,8 @@ SET next_attempt_at = GREATEST(
 )
 FROM held
 WHERE q.model = held.model AND q.key = held.key;
+
+-- name: notify
+-- Wake the workers listening on `channel` (naming.CHANNEL): `model` has keys to embed, or is new
+-- to them. Sent at commit; only a wake-up: the SKIP LOCKED claim is the source of truth.
+SELECT pg_catalog.pg_notify(%(channel)s, %(model)s);

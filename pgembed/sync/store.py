@@ -1,5 +1,7 @@
-"""Every statement of the sync path: claim, transfer, read, write back, complete, release, fail,
-account, and the workers' heartbeats. The batch, pipeline and worker modules write no SQL.
+"""Every statement of the sync path: claim, transfer, read, write back (a chunked model's windows
+too), complete, release, fail, account, retry, count, renew, and the workers' LISTEN and
+heartbeats. The batch, isolate, pipeline, leases and worker modules write no SQL (the NOTIFY that
+wakes the workers is capture.notify's, as whatever queues keys sends it).
 
 Static statements are named in sql/sync.sql; only the ones that name the user's table and columns
 are composed here, with psycopg.sql.Identifier. Each call is one short transaction (or runs in the
@@ -16,7 +18,7 @@ import psycopg
 from pgvector import Vector
 from psycopg import sql
 
-from pgembed import defaults, sqlfiles
+from pgembed import capture, defaults, sqlfiles
 from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
 
@@ -201,7 +203,7 @@ def retry_failures(conn: psycopg.Connection, models: Sequence[str]) -> int:
     with conn.transaction():
         count = conn.execute(sqlfiles.get("sync", "retry_failures"), {"models": list(models)})
         for model in models:
-            notify(conn, model)
+            capture.notify(conn, model)
     return count.rowcount
 
 
@@ -211,9 +213,9 @@ def queued_count(conn: psycopg.Connection, models: Sequence[str]) -> int:
     return int(row[0]) if row else 0
 
 
-def notify(conn: psycopg.Connection, model: str) -> None:
-    """Wake the workers: `model` has keys to embed (or is new to them)."""
-    conn.execute("SELECT pg_catalog.pg_notify(%s, %s)", (naming.CHANNEL, model))
+def listen(conn: psycopg.Connection) -> None:
+    """Hear every NOTIFY that wakes the workers (capture.notify, the capture triggers)."""
+    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(naming.CHANNEL)))
 
 
 def heartbeat(

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from functools import partial
 
 import psycopg
-from psycopg import sql
 
 from pgembed import db, defaults, migrate
-from pgembed.catalog import naming, registry, tables
+from pgembed.catalog import registry, tables
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, hardware
 from pgembed.encode.settings import runtime_settings
@@ -154,7 +153,7 @@ class Worker:
         try:
             listener = db.connect(self.url, vector=False)
             migrate.require_current(conn)
-            listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(naming.CHANNEL)))
+            store.listen(listener)
             if self._started:  # claims held before the fault are dead: hand them back now
                 store.release_worker(conn, self.id)
             if self.backoff.reset():
