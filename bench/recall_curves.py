@@ -13,8 +13,11 @@ from __future__ import annotations
 from statistics import fmean
 from typing import Any
 
+import numpy as np
 import psycopg
+from psycopg import sql
 
+from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.encode.embedder import Vectors
@@ -32,7 +35,7 @@ def measure(
     ids = [q for q in qrels if q in queries]
     encoder = embedder.get(settings_of(spec))
     real = encoder.encode_queries([queries[q] for q in ids])
-    keys, stored = topk.stored_sample(conn, spec, SAMPLE)
+    keys, stored = stored_sample(conn, spec, SAMPLE)
     curves = {
         "test queries": _curve(conn, spec, real),
         "excerpts": _curve(conn, spec, encoder.encode_queries(tune.excerpts(conn, spec, SAMPLE))),
@@ -83,3 +86,21 @@ def _without(keys: list[str] | None, runs: list[list[str]]) -> list[list[str]]:
 def _gap(curve: dict[int, float], real: dict[int, float], at: set[int]) -> dict[str, float]:
     diffs = [abs(curve[ef] - real[ef]) for ef in sorted(at)]
     return {"mean_abs": fmean(diffs), "max_abs": max(diffs)}
+
+
+def stored_sample(conn: psycopg.Connection, spec: ModelSpec, n: int) -> tuple[list[str], Vectors]:
+    """Up to n stored vectors with their keys, a fixed pseudo-random choice (by md5 of the key)."""
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT {key}::text, {col} FROM {table} WHERE {col} IS NOT NULL "
+            "ORDER BY pg_catalog.md5({key}::pg_catalog.text) LIMIT %s"
+        ).format(
+            key=sql.Identifier(spec.key_column),
+            col=sql.Identifier(spec.embedding_column),
+            table=naming.table(spec),
+        ),
+        (n,),
+    ).fetchall()
+    if not rows:
+        return [], np.empty((0, spec.dimensions), np.float32)
+    return [key for key, _ in rows], np.stack([v.to_numpy() for _, v in rows])

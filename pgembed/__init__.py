@@ -18,7 +18,7 @@ from pgembed.errors import (
     SchemaError,
     UsageError,
 )
-from pgembed.search.helpers import Hit, HybridHit
+from pgembed.search.planner import Hit, HybridHit
 
 __all__ = [
     "AsyncClient",

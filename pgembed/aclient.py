@@ -1,6 +1,6 @@
 """`pgembed.AsyncClient`: the Client's methods for asyncio applications.
 
-Searches run the same plans as `pgembed.Client` (search/helpers.py) on `psycopg.AsyncConnection`s
+Searches run the same plans as `pgembed.Client` (search/planner.py) on `psycopg.AsyncConnection`s
 from an `AsyncConnectionPool`. Everything that would block the event loop runs in a thread
 (`asyncio.to_thread`): loading a model and encoding, the first connection check, and the
 administrative calls (migrate_schema, add_model, sync_once, status), which reuse the synchronous
@@ -13,7 +13,7 @@ import asyncio
 import functools
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack, cast
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -23,8 +23,8 @@ from pgembed.catalog.registry import ModelSpec
 from pgembed.client import check_database, encode, require_texts
 from pgembed.encode.embedder import Vectors
 from pgembed.errors import UsageError
-from pgembed.search import helpers, plan
-from pgembed.search.helpers import Filter, Hit, HybridHit
+from pgembed.search import plan, planner
+from pgembed.search.planner import Filter, Hit, HybridHit, SearchRequest
 
 _T = TypeVar("_T")
 
@@ -61,11 +61,8 @@ class AsyncClient:
         ef_search: int | None = None,
     ) -> list[Hit]:
         """The k rows nearest to `text`, nearest first (pgembed.search)."""
-        return await self._run(
-            helpers.by_name(
-                model, lambda spec: helpers.query_plan(spec, text, k, filter, ef_search=ef_search)
-            )
-        )
+        request = SearchRequest(model, text=text, k=k, filter=filter, ef_search=ef_search)
+        return cast(list[Hit], await self._run(planner.plan(request)))
 
     async def similar(
         self,
@@ -77,11 +74,8 @@ class AsyncClient:
         ef_search: int | None = None,
     ) -> list[Hit]:
         """The k rows nearest to the row with this key, itself excluded (pgembed.similar)."""
-        return await self._run(
-            helpers.by_name(
-                model, lambda spec: helpers.similar_plan(spec, key, k, filter, ef_search=ef_search)
-            )
-        )
+        request = SearchRequest(model, similar_to=key, k=k, filter=filter, ef_search=ef_search)
+        return cast(list[Hit], await self._run(planner.plan(request)))
 
     async def hybrid_search(
         self,
@@ -93,17 +87,16 @@ class AsyncClient:
         ef_search: int | None = None,
     ) -> list[HybridHit]:
         """Vector and full-text rankings of `text`, fused by rank (pgembed.hybrid_search)."""
-        return await self._run(
-            helpers.by_name(
-                model, lambda spec: helpers.hybrid_plan(spec, text, k, filter, ef_search=ef_search)
-            )
+        request = SearchRequest(
+            model, text=text, hybrid=True, k=k, filter=filter, ef_search=ef_search
         )
+        return cast(list[HybridHit], await self._run(planner.plan(request)))
 
     async def embed(self, model: str, texts: Sequence[str], *, queries: bool = False) -> Vectors:
         """Vectors (one row per text) exactly as the model embeds rows, or queries if `queries`;
         encoded in a thread."""
         require_texts(texts)
-        spec = await self._run(helpers.spec_plan(model))
+        spec = await self._run(planner.spec_plan(model))
         return await asyncio.to_thread(encode, spec, texts, queries)
 
     async def migrate_schema(self) -> list[str]:

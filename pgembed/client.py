@@ -1,6 +1,6 @@
 """`pgembed.Client`: search and embed from Python, with exactly the models' settings.
 
-The Client runs the same search plans as the CLI (see `search/helpers.py`) on a pool of
+The Client runs the same search plans as the CLI (see `search/planner.py`) on a pool of
 connections (psycopg_pool) that many threads share. Models are loaded once per process and shared
 by every Client and thread; repeated query texts hit an LRU cache. `AsyncClient`
 (`pgembed/aclient.py`) is the same for asyncio.
@@ -12,7 +12,7 @@ import threading
 import weakref
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack, cast
 
 from psycopg_pool import ConnectionPool
 
@@ -24,8 +24,8 @@ from pgembed.encode.embedder import Vectors
 from pgembed.encode.settings import settings_of
 from pgembed.errors import UsageError
 from pgembed.lifecycle import status as lifecycle_status
-from pgembed.search import helpers, plan
-from pgembed.search.helpers import Filter, Hit, HybridHit
+from pgembed.search import plan, planner
+from pgembed.search.planner import Filter, Hit, HybridHit, SearchRequest
 
 _T = TypeVar("_T")
 
@@ -60,11 +60,8 @@ class Client:
         ef_search: int | None = None,
     ) -> list[Hit]:
         """The k rows nearest to `text`, nearest first (pgembed.search)."""
-        return self._run(
-            helpers.by_name(
-                model, lambda spec: helpers.query_plan(spec, text, k, filter, ef_search=ef_search)
-            )
-        )
+        request = SearchRequest(model, text=text, k=k, filter=filter, ef_search=ef_search)
+        return cast(list[Hit], self._run(planner.plan(request)))
 
     def similar(
         self,
@@ -76,11 +73,8 @@ class Client:
         ef_search: int | None = None,
     ) -> list[Hit]:
         """The k rows nearest to the row with this key, itself excluded (pgembed.similar)."""
-        return self._run(
-            helpers.by_name(
-                model, lambda spec: helpers.similar_plan(spec, key, k, filter, ef_search=ef_search)
-            )
-        )
+        request = SearchRequest(model, similar_to=key, k=k, filter=filter, ef_search=ef_search)
+        return cast(list[Hit], self._run(planner.plan(request)))
 
     def hybrid_search(
         self,
@@ -92,16 +86,15 @@ class Client:
         ef_search: int | None = None,
     ) -> list[HybridHit]:
         """Vector and full-text rankings of `text`, fused by rank (pgembed.hybrid_search)."""
-        return self._run(
-            helpers.by_name(
-                model, lambda spec: helpers.hybrid_plan(spec, text, k, filter, ef_search=ef_search)
-            )
+        request = SearchRequest(
+            model, text=text, hybrid=True, k=k, filter=filter, ef_search=ef_search
         )
+        return cast(list[HybridHit], self._run(planner.plan(request)))
 
     def embed(self, model: str, texts: Sequence[str], *, queries: bool = False) -> Vectors:
         """Vectors (one row per text) exactly as the model embeds rows, or queries if `queries`."""
         require_texts(texts)
-        return encode(self._run(helpers.spec_plan(model)), texts, queries)
+        return encode(self._run(planner.spec_plan(model)), texts, queries)
 
     def migrate_schema(self) -> list[str]:
         """`pgembed.migrate_schema` on this Client's database."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -76,20 +77,23 @@ class ModelSpec:
 
 _COLUMNS = [f.name for f in fields(ModelSpec)]
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM pgembed.models"
-# One model by name (parameter: the name), as dict rows; `found` turns the row into a spec. The
-# async client runs it on its own connections (see search/helpers.py).
+# The one read of the catalog's rows, as dict rows that `from_row` (or `found`) turns into
+# specs; the search planner, `pgembed serve` and the SQLAlchemy integration run them on their
+# own connections. BY_NAME: one model (parameter: its name); ALL: every model, by name.
 BY_NAME = _SELECT + " WHERE name = %s"
+ALL = _SELECT + " ORDER BY name"
 
 
-def _spec(row: dict[str, Any]) -> ModelSpec:
+def from_row(row: Mapping[str, Any]) -> ModelSpec:
+    """The spec of one of BY_NAME's or ALL's rows."""
     return ModelSpec(**{**row, "text_columns": tuple(row["text_columns"])})
 
 
-def found(name: str, row: dict[str, Any] | None) -> ModelSpec:
+def found(name: str, row: Mapping[str, Any] | None) -> ModelSpec:
     """The spec of BY_NAME's row, or the error that says the model does not exist."""
     if row is None:
         raise NotFoundError(f"unknown model {name!r}: see `pgembed model list`")
-    return _spec(row)
+    return from_row(row)
 
 
 def get(conn: psycopg.Connection, name: str) -> ModelSpec:
@@ -100,7 +104,7 @@ def get(conn: psycopg.Connection, name: str) -> ModelSpec:
 
 def all_models(conn: psycopg.Connection) -> list[ModelSpec]:
     with conn.cursor(row_factory=dict_row) as cur:
-        return [_spec(row) for row in cur.execute(_SELECT + " ORDER BY name")]
+        return [from_row(row) for row in cur.execute(ALL)]
 
 
 def locked(conn: psycopg.Connection, name: str) -> ModelSpec | None:
@@ -111,14 +115,14 @@ def locked(conn: psycopg.Connection, name: str) -> ModelSpec | None:
     """
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_SELECT + " WHERE name = %s FOR SHARE", (name,)).fetchone()
-    return None if row is None else _spec(row)
+    return None if row is None else from_row(row)
 
 
 def shadow(conn: psycopg.Connection, name: str) -> ModelSpec | None:
     """The shadow of a reindex of `name` in progress, if any."""
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_SELECT + " WHERE shadow_of = %s", (name,)).fetchone()
-    return None if row is None else _spec(row)
+    return None if row is None else from_row(row)
 
 
 def same_space(a: ModelSpec, b: ModelSpec) -> bool:

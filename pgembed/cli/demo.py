@@ -19,7 +19,7 @@ from pgembed.cli.app import App, pass_app
 from pgembed.cli.progress import progress_bar
 from pgembed.errors import UsageError
 from pgembed.lifecycle import models
-from pgembed.search import helpers
+from pgembed.search import planner
 from pgembed.sync import store, worker
 
 SCHEMA, TABLE = "pgembed_demo", "reviews"
@@ -63,7 +63,7 @@ def run(url: str, echo: Callable[[str], None]) -> None:
         specs = [registry.get(conn, name) for name, _ in MODELS]
         for text in QUERIES:
             echo(f'query: "{text}"')
-            columns = [helpers.query(conn, spec, text, k=3) for spec in specs]
+            columns = [planner.query(conn, spec, text, k=3) for spec in specs]
             echo(f"  {'demo_mean (mean pooling)':<58}  demo_cls (CLS pooling)")
             for mean_hit, cls_hit in zip(*columns, strict=False):
                 echo(f"  {_cell(mean_hit)}  {_cell(cls_hit)}")
@@ -107,7 +107,7 @@ def _refuse_foreign_models(conn: psycopg.Connection) -> None:
                 )
 
 
-def _cell(hit: helpers.Hit, width: int = 58) -> str:
+def _cell(hit: planner.Hit, width: int = 58) -> str:
     text = " ".join(hit.text.split())
     body = f"{hit.similarity:.2f} {text}"
     return body if len(body) <= width else body[: width - 1] + "…"

@@ -7,16 +7,22 @@ import json
 
 import click
 
-from pgembed.catalog import registry
 from pgembed.cli.app import App, pass_app
 from pgembed.encode import embedder
-from pgembed.search import helpers
+from pgembed.errors import UsageError
+from pgembed.search import planner
+
+# The request's rules in this command's terms (planner.RequestError.rule -> message).
+_MESSAGES = {
+    "source": "give either TEXT or --similar-to KEY",
+    "hybrid": "--hybrid needs TEXT (it ranks the text's words too)",
+}
 
 
 @click.command("query")
 @click.argument("text", required=False)
 @click.option("--model", "model_name", required=True, help="The model to search with.")
-@click.option("-k", "k", type=click.IntRange(1, 1000), default=10, show_default=True)
+@click.option("-k", "k", type=click.IntRange(1, planner.MAX_K), default=10, show_default=True)
 @click.option("--filter", "filter_json", metavar="JSON", help='Only rows matching {"col": value}.')
 @click.option("--similar-to", metavar="KEY", help="Rows like this row (instead of TEXT).")
 @click.option("--hybrid", is_flag=True, help="Fuse with a full-text ranking of TEXT.")
@@ -35,25 +41,28 @@ def query_cmd(
     as_json: bool,
 ) -> None:
     """Print the K rows nearest to TEXT (or to the row --similar-to KEY)."""
-    request = helpers.Request(
-        text=text,
-        k=k,
-        filter=helpers.parse_filter(filter_json),
-        similar_to=similar_to,
-        hybrid=hybrid,
-        ef_search=ef_search,
-    )
+    try:
+        request = planner.SearchRequest(
+            model_name,
+            text=text,
+            similar_to=similar_to,
+            k=k,
+            filter=planner.parse_filter(filter_json),
+            hybrid=hybrid,
+            ef_search=ef_search,
+        )
+    except planner.RequestError as exc:
+        raise UsageError(_MESSAGES.get(exc.rule, str(exc))) from None
     # A one-off process: the query is encoded without importing torch where the model allows
     # (encode/light.py), which takes a cold start from seconds to under one.
     with app.connect() as conn, embedder.light_encoder():
-        spec = registry.get(conn, model_name)
-        hits = helpers.run(conn, spec, request)
+        hits = planner.run(conn, request)
     if as_json:
         # Keys keep their JSON type (an integer key is a number); others (uuid, date) are strings.
         click.echo(json.dumps([dataclasses.asdict(h) for h in hits], default=str))
         return
     for h in hits:
-        score = f"{h.similarity:.3f}" if isinstance(h, helpers.Hit) else f"{h.score:.4f}"
+        score = f"{h.similarity:.3f}" if isinstance(h, planner.Hit) else f"{h.score:.4f}"
         click.echo(f"{h.key}\t{score}\t{snippet(h.text)}")
 
 

@@ -1,7 +1,7 @@
 """Plans: a search as a generator of steps (`Fetch` a statement's rows, `Embed` a query text)
 that does no I/O itself, and the two drivers that run one: `execute` on a psycopg connection or
 pool, `execute_async` on an async one (which embeds in a thread, off the event loop). The plans
-themselves are in helpers.py.
+themselves are in planner.py.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any, LiteralString, TypeVar
 
 import psycopg
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -90,7 +91,19 @@ async def execute_async(
             failure = exc
 
 
-_SET_EF_SEARCH: LiteralString = "SELECT pg_catalog.set_config('pgembed.ef_search', %s, true)"
+# The helpers' override of hnsw.ef_search, for the rest of the transaction: it wins over the
+# model's default, even pgvector's 40. The one place pgembed sets it (plans, topk, the ORM); it
+# answers the value it replaces ('' for none), to put back in a caller's transaction.
+SET_EF_SEARCH: LiteralString = (
+    "SELECT COALESCE(pg_catalog.current_setting('pgembed.ef_search', true), ''), "
+    "pg_catalog.set_config('pgembed.ef_search', %s, true)"
+)
+
+
+def set_ef_search(conn: psycopg.Connection, ef_search: int | str) -> str:
+    """Set pgembed.ef_search for the transaction; the value it had."""
+    row = conn.execute(SET_EF_SEARCH, (str(ef_search),)).fetchone()
+    return str(row[0]) if row else ""
 
 
 def _fetch(conn: psycopg.Connection | ConnectionPool[psycopg.Connection], step: Fetch) -> list[Any]:
@@ -99,11 +112,16 @@ def _fetch(conn: psycopg.Connection | ConnectionPool[psycopg.Connection], step: 
     with errors():
         if not step.transaction:
             return _rows(conn, step)
+        # Inside a caller's transaction (the ORM's session), a savepoint: ef_search is put back.
+        nested = conn.info.transaction_status != TransactionStatus.IDLE
         with conn.transaction():
-            if step.ef_search is not None:
-                # The helpers' override: wins over the model's default, even pgvector's 40.
-                conn.execute(_SET_EF_SEARCH, (str(step.ef_search),))
-            return _rows(conn, step)
+            if step.ef_search is None:
+                return _rows(conn, step)
+            previous = set_ef_search(conn, step.ef_search)
+            rows = _rows(conn, step)
+            if nested:
+                set_ef_search(conn, previous)
+            return rows
 
 
 def _fetch_pooled(
@@ -139,10 +157,16 @@ async def _fetch_async(
     with errors():
         if not step.transaction:
             return await _rows_async(conn, step)
+        nested = conn.info.transaction_status != TransactionStatus.IDLE
         async with conn.transaction():
-            if step.ef_search is not None:
-                await conn.execute(_SET_EF_SEARCH, (str(step.ef_search),))
-            return await _rows_async(conn, step)
+            if step.ef_search is None:
+                return await _rows_async(conn, step)
+            cur = await conn.execute(SET_EF_SEARCH, (str(step.ef_search),))
+            previous = await cur.fetchone()
+            rows = await _rows_async(conn, step)
+            if nested and previous is not None:
+                await conn.execute(SET_EF_SEARCH, (previous[0],))
+            return rows
 
 
 async def _fetch_pooled_async(

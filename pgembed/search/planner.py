@@ -1,11 +1,15 @@
-"""Query text -> nearest rows, through the SQL helpers pgembed.search / similar / hybrid_search.
+"""One search request, one planner: every front end (the CLI's `pgembed query`, `pgembed
+serve`, `Client`, `AsyncClient`, the SQLAlchemy integration) builds a `SearchRequest` and runs
+`plan(request)` through the SQL helpers pgembed.search / similar / hybrid_search, joining the
+rows' text in the same statement.
 
-SQL, the CLI and the Python clients share one code path: these functions embed the query with
-exactly the model's settings and call the helpers, joining the rows' text in the same statement.
+`SearchRequest` is the one place for the rules of a request (one of text, vector or similar_to;
+a text that a model can read; hybrid needs text; k; the filter's shape): a broken one raises
+`RequestError` (a UsageError), whose `rule` lets a front end word it in its own terms.
 
 Each search is a *plan* (plan.py): a generator that yields the steps it needs and receives their
-results. It holds every decision (which statement, when to check what, when to search again after
-a reindex switch) and does no I/O itself, so one plan serves the sync and the async driver.
+results. It holds every decision (which helper, when to check what, when to search again after a
+reindex switch) and does no I/O itself, so one plan serves the sync and the async driver.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from pgembed.search.plan import Embed, Fetch, Plan, execute
 from pgembed.search.vectors import warm
 
 _T = TypeVar("_T")
+
+# The most rows `pgembed query` and `pgembed serve` return (a Python caller may ask for more).
+MAX_K = 1000
 
 # column -> value, or column -> {"$eq"|"$ne"|"$gt"|"$gte"|"$lt"|"$lte"|"$in": value}
 Filter = Mapping[str, Any]
@@ -58,7 +65,93 @@ class HybridHit:
     text: str
 
 
-# --- plans ------------------------------------------------------------------------------------
+# --- the request ------------------------------------------------------------------------------
+
+
+class RequestError(UsageError):
+    """A request that breaks one of SearchRequest's rules. `rule` names it, so a front end can say
+    it in its own terms (serve's JSON fields, the CLI's arguments): "source" (not exactly one of
+    text, vector, similar_to), "empty" (a text without words), "text" (any other bad text),
+    "hybrid" (hybrid without text), "k", "filter"."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """One search, whichever front end asks: the rows of model `model` nearest to `text` (plain or
+    `hybrid`), to a query `vector`, or to the row whose key is `similar_to` (itself excluded);
+    at most `k`, only rows matching `filter` (column -> value or {"$op": value}), with
+    `ef_search` for this search alone. Checked when made (RequestError)."""
+
+    model: str
+    text: str | None = None
+    vector: Vectors | None = None
+    similar_to: object = None
+    k: int = 10
+    filter: Filter | None = None
+    hybrid: bool = False
+    ef_search: int | None = None
+
+    def __post_init__(self) -> None:
+        given = [v for v in (self.text, self.vector, self.similar_to) if v is not None]
+        if len(given) != 1:
+            raise RequestError("source", "give exactly one of text, vector or similar_to")
+        if self.hybrid and self.text is None:
+            raise RequestError("hybrid", "hybrid search needs text (it ranks the text's words too)")
+        if self.text is not None:
+            require_text(self.text)
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise RequestError("k", f"k must be a positive number of rows, not {self.k}")
+        if self.filter is not None and not isinstance(self.filter, Mapping):
+            raise RequestError(
+                "filter", "a filter must be a mapping of column -> value or {'$op': value}"
+            )
+
+
+def require_text(text: str) -> None:
+    """A query text must have words (an empty one would return arbitrary rows), fit a model's
+    reading and travel to the server: the one check of a query text."""
+    if not isinstance(text, str):
+        raise RequestError("text", f"the query text must be a string, not {type(text).__name__}")
+    if not text.strip():
+        raise RequestError("empty", "the query text is empty")
+    if len(text) > defaults.MAX_QUERY_CHARS:
+        raise RequestError(
+            "text",
+            f"the query text has {len(text)} characters; at most {defaults.MAX_QUERY_CHARS} "
+            "(a model reads only its first few hundred word pieces)",
+        )
+    if "\x00" in text:
+        raise RequestError("text", "the query text contains a NUL character")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError(
+            "text", "the query text is not valid Unicode (a lone surrogate)"
+        ) from None
+
+
+# --- the planner -------------------------------------------------------------------------------
+
+
+def plan(request: SearchRequest) -> Plan[list[Hit] | list[HybridHit]]:
+    """The request's search, on the model's current catalog row."""
+    spec = yield from spec_plan(request.model)
+    return (yield from plan_for(spec, request))
+
+
+def plan_for(spec: ModelSpec, request: SearchRequest) -> Plan[list[Hit] | list[HybridHit]]:
+    """The request's search on this spec of its model: the one choice between the plans."""
+    if request.similar_to is not None:
+        return (yield from _similar_plan(spec, request))
+    if request.vector is not None:
+        return (yield from _nearest_plan(spec, request.vector, request))
+    if request.hybrid:
+        return (yield from _hybrid_plan(spec, request))
+    return (yield from _query_plan(spec, request))
 
 
 def spec_plan(name: str) -> Plan[ModelSpec]:
@@ -67,69 +160,37 @@ def spec_plan(name: str) -> Plan[ModelSpec]:
     return registry.found(name, rows[0] if rows else None)
 
 
-def by_name(model: str, plan: Callable[[ModelSpec], Plan[_T]]) -> Plan[_T]:
-    """`plan` for the model of this name."""
-    spec = yield from spec_plan(model)
-    return (yield from plan(spec))
-
-
-def nearest_plan(
-    spec: ModelSpec,
-    vector: Vectors,
-    k: int = 10,
-    filter: Filter | None = None,
-    *,
-    ef_search: int | None = None,
-) -> Plan[list[Hit]]:
+def _nearest_plan(spec: ModelSpec, vector: Vectors, request: SearchRequest) -> Plan[list[Hit]]:
     call = sql.SQL("pgembed.search(%(model)s, %(q)s, %(k)s::integer, %(filter)s)")
-    params = {"model": spec.name, "q": Vector(vector), "k": k, "filter": _jsonb(filter)}
-    rows = yield _hits(spec, call, "similarity", params, ef_search)
+    params = {"model": spec.name, "q": Vector(vector), **_common(request)}
+    rows = yield _hits(spec, call, "similarity", params, request.ef_search)
     if not rows:
         yield from _require_vectors(spec)
     return [Hit(key, float(value), text) for key, value, text in rows]
 
 
-def query_plan(
-    spec: ModelSpec,
-    text: str,
-    k: int = 10,
-    filter: Filter | None = None,
-    *,
-    ef_search: int | None = None,
-) -> Plan[list[Hit]]:
-    require_text(text)
+def _query_plan(spec: ModelSpec, request: SearchRequest) -> Plan[list[Hit]]:
+    assert request.text is not None  # plan_for checks it
+    text = request.text
 
     def attempt(current: ModelSpec) -> Plan[list[Hit]]:
         yield from _before_the_model(current)
         vector = yield Embed(current, text)
-        return (yield from nearest_plan(current, vector, k, filter, ef_search=ef_search))
+        return (yield from _nearest_plan(current, vector, request))
 
     return (yield from _in_one_space(spec, attempt))
 
 
-def similar_plan(
-    spec: ModelSpec,
-    key: object,
-    k: int = 10,
-    filter: Filter | None = None,
-    *,
-    ef_search: int | None = None,
-) -> Plan[list[Hit]]:
+def _similar_plan(spec: ModelSpec, request: SearchRequest) -> Plan[list[Hit]]:
     call = sql.SQL("pgembed.similar(%(model)s, %(key)s::text, %(k)s::integer, %(filter)s)")
-    params = {"model": spec.name, "key": str(key), "k": k, "filter": _jsonb(filter)}
-    rows = yield _hits(spec, call, "similarity", params, ef_search)
+    params = {"model": spec.name, "key": str(request.similar_to), **_common(request)}
+    rows = yield _hits(spec, call, "similarity", params, request.ef_search)
     return [Hit(found, float(value), text) for found, value, text in rows]
 
 
-def hybrid_plan(
-    spec: ModelSpec,
-    text: str,
-    k: int = 10,
-    filter: Filter | None = None,
-    *,
-    ef_search: int | None = None,
-) -> Plan[list[HybridHit]]:
-    require_text(text)
+def _hybrid_plan(spec: ModelSpec, request: SearchRequest) -> Plan[list[HybridHit]]:
+    assert request.text is not None  # SearchRequest checks it
+    text = request.text
     call = sql.SQL(
         "pgembed.hybrid_search(%(model)s, %(q)s, %(text)s::text, %(k)s::integer, %(filter)s)"
     )
@@ -137,14 +198,8 @@ def hybrid_plan(
     def attempt(current: ModelSpec) -> Plan[list[HybridHit]]:
         yield from _before_the_model(current, fulltext=True)
         vector = yield Embed(current, text)
-        params = {
-            "model": current.name,
-            "q": Vector(vector),
-            "text": text,
-            "k": k,
-            "filter": _jsonb(filter),
-        }
-        rows = yield _hits(current, call, "score", params, ef_search)
+        params = {"model": current.name, "q": Vector(vector), "text": text, **_common(request)}
+        rows = yield _hits(current, call, "score", params, request.ef_search)
         if not rows:
             yield from _require_vectors(current)
         return [HybridHit(key, float(value), shown) for key, value, shown in rows]
@@ -152,23 +207,9 @@ def hybrid_plan(
     return (yield from _in_one_space(spec, attempt))
 
 
-def require_text(text: str) -> None:
-    """A query text must have words: an empty one would return arbitrary rows."""
-    if not isinstance(text, str):
-        raise UsageError(f"the query text must be a string, not {type(text).__name__}")
-    if not text.strip():
-        raise UsageError("the query text is empty")
-    if len(text) > defaults.MAX_QUERY_CHARS:
-        raise UsageError(
-            f"the query text has {len(text)} characters; at most {defaults.MAX_QUERY_CHARS} "
-            "(a model reads only its first few hundred word pieces)"
-        )
-    if "\x00" in text:
-        raise UsageError("the query text contains a NUL character")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise UsageError("the query text is not valid Unicode (a lone surrogate)") from None
+def _common(request: SearchRequest) -> dict[str, Any]:
+    filter = None if request.filter is None else Jsonb(dict(request.filter))
+    return {"k": request.k, "filter": filter}
 
 
 def _in_one_space(spec: ModelSpec, attempt: Callable[[ModelSpec], Plan[_T]]) -> Plan[_T]:
@@ -252,7 +293,12 @@ def _hits(
     return Fetch(statement, params, transaction=True, ef_search=ef_search)
 
 
-# --- the same on one synchronous connection (the CLI, the demo, the Client) -------------------
+# --- the same on one synchronous connection (the CLI, the demo, tests) ------------------------
+
+
+def run(conn: psycopg.Connection, request: SearchRequest) -> list[Hit] | list[HybridHit]:
+    """The request's search on one connection."""
+    return execute(conn, plan(request))
 
 
 def nearest(
@@ -265,7 +311,8 @@ def nearest(
     ef_search: int | None = None,
 ) -> list[Hit]:
     """The k rows nearest to `vector`, through pgembed.search (HNSW index)."""
-    return execute(conn, nearest_plan(spec, vector, k, filter, ef_search=ef_search))
+    request = SearchRequest(spec.name, vector=vector, k=k, filter=filter, ef_search=ef_search)
+    return execute(conn, _nearest_plan(spec, vector, request))
 
 
 def query(
@@ -278,7 +325,8 @@ def query(
     ef_search: int | None = None,
 ) -> list[Hit]:
     """Embed `text` with the model's settings and search (pgembed.search)."""
-    return execute(conn, query_plan(spec, text, k, filter, ef_search=ef_search))
+    request = SearchRequest(spec.name, text=text, k=k, filter=filter, ef_search=ef_search)
+    return execute(conn, _query_plan(spec, request))
 
 
 def similar(
@@ -291,7 +339,8 @@ def similar(
     ef_search: int | None = None,
 ) -> list[Hit]:
     """The k rows nearest to the row with this key, the row itself excluded (pgembed.similar)."""
-    return execute(conn, similar_plan(spec, key, k, filter, ef_search=ef_search))
+    request = SearchRequest(spec.name, similar_to=key, k=k, filter=filter, ef_search=ef_search)
+    return execute(conn, _similar_plan(spec, request))
 
 
 def hybrid(
@@ -304,15 +353,10 @@ def hybrid(
     ef_search: int | None = None,
 ) -> list[HybridHit]:
     """Reciprocal-rank fusion of vector and full-text rankings (pgembed.hybrid_search)."""
-    return execute(conn, hybrid_plan(spec, text, k, filter, ef_search=ef_search))
-
-
-def _jsonb(filter: Filter | None) -> Jsonb | None:
-    if filter is None:
-        return None
-    if not isinstance(filter, Mapping):
-        raise UsageError("a filter must be a mapping of column -> value or {'$op': value}")
-    return Jsonb(dict(filter))
+    request = SearchRequest(
+        spec.name, text=text, k=k, filter=filter, hybrid=True, ef_search=ef_search
+    )
+    return execute(conn, _hybrid_plan(spec, request))
 
 
 def parse_filter(text: str | None) -> dict[str, Any] | None:
@@ -326,33 +370,3 @@ def parse_filter(text: str | None) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise UsageError('--filter must be a JSON object, e.g. \'{"rating": {"$gte": 4}}\'')
     return value
-
-
-@dataclass(frozen=True)
-class Request:
-    """What `pgembed query` asks for: TEXT or --similar-to KEY, plain or --hybrid."""
-
-    text: str | None
-    k: int = 10
-    filter: dict[str, Any] | None = None
-    similar_to: str | None = None
-    hybrid: bool = False
-    ef_search: int | None = None
-
-    def __post_init__(self) -> None:
-        if (self.text is None) == (self.similar_to is None):
-            raise UsageError("give either TEXT or --similar-to KEY")
-        if self.hybrid and self.text is None:
-            raise UsageError("--hybrid needs TEXT (it ranks the text's words too)")
-        if self.text is not None:
-            require_text(self.text)
-
-
-def run(conn: psycopg.Connection, spec: ModelSpec, request: Request) -> list[Hit] | list[HybridHit]:
-    options: dict[str, Any] = {"ef_search": request.ef_search}
-    if request.similar_to is not None:
-        return similar(conn, spec, request.similar_to, request.k, request.filter, **options)
-    assert request.text is not None  # Request checks it
-    if request.hybrid:
-        return hybrid(conn, spec, request.text, request.k, request.filter, **options)
-    return query(conn, spec, request.text, request.k, request.filter, **options)

@@ -17,6 +17,7 @@ from pgembed import db
 from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode.embedder import Vectors
+from pgembed.search import plan
 
 
 def _names(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, sql.Composable]:
@@ -68,8 +69,7 @@ def indexed(
     with conn.transaction():
         _prefer_index(conn, ef_search)
         if spec.chunked:  # pgembed.search takes its ef_search from here, not hnsw.ef_search
-            ef = str(effective_ef_search(conn, ef_search))
-            conn.execute("SELECT pg_catalog.set_config('pgembed.ef_search', %s, true)", (ef,))
+            plan.set_ef_search(conn, effective_ef_search(conn, ef_search))
             return _run(conn, _SEARCH, vectors, k, spec.name)
         return _run(conn, _top_k(conn, spec, tie_break=False), vectors, k)
 
@@ -122,23 +122,3 @@ def count_keys(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -
         (list(keys),),
     ).fetchone()
     return int(row[0]) if row else 0
-
-
-def stored_sample(conn: psycopg.Connection, spec: ModelSpec, n: int) -> tuple[list[str], Vectors]:
-    """Up to n stored vectors with their keys, a fixed pseudo-random choice (by md5 of the key)."""
-    import numpy as np
-
-    rows = conn.execute(
-        sql.SQL(
-            "SELECT {key}::text, {col} FROM {table} WHERE {col} IS NOT NULL "
-            "ORDER BY pg_catalog.md5({key}::pg_catalog.text) LIMIT %s"
-        ).format(
-            key=sql.Identifier(spec.key_column),
-            col=sql.Identifier(spec.embedding_column),
-            table=naming.table(spec),
-        ),
-        (n,),
-    ).fetchall()
-    if not rows:
-        return [], np.empty((0, spec.dimensions), np.float32)
-    return [key for key, _ in rows], np.stack([v.to_numpy() for _, v in rows])

@@ -1,9 +1,10 @@
 """The search API without HTTP: a request's JSON -> hits, the models served, health; and the
 HTTP status of every error (400 bad input, 404 unknown model or key, 503 database down).
 
-Searches are search/helpers.py's plans, run by plan.execute on the pool as the Client runs
-them: a connection is borrowed for each statement, never held while a model loads or a query is
-encoded, and one found dead is replaced and the statement run again. Queries are encoded by the
+parse_search maps the JSON to the planner's SearchRequest (search/planner.py), whose plan
+plan.execute runs on the pool as the Client runs it: a connection is borrowed for each statement,
+never held while a model loads or a query is encoded, and one found dead is replaced and the
+statement run again. Queries are encoded by the
 light encoder where it reproduces the model (encode/light.py: the same vectors, without
 sentence-transformers' per-call work).
 `warm` loads the models before the server takes requests, so the first request is as fast as
@@ -16,11 +17,9 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from pgembed import db, migrate
 from pgembed.catalog import registry
@@ -33,11 +32,12 @@ from pgembed.errors import (
     SchemaError,
     UsageError,
 )
-from pgembed.search import helpers, plan, vectors
+from pgembed.search import plan, planner, vectors
+from pgembed.search.planner import SearchRequest
 
 log = logging.getLogger("pgembed.serve")
 
-MAX_K = 1000  # as `pgembed query -k`
+MAX_K = planner.MAX_K  # as `pgembed query -k`
 # Waiting longer than this for a connection means the database is down (or every connection
 # busy for that long): the request gets a 503 instead of hanging.
 ACQUIRE_TIMEOUT = 5.0
@@ -57,21 +57,18 @@ class ApiError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
-class SearchRequest:
-    """POST /search, validated: `text` or `similar_to`, plain or `hybrid`."""
-
-    model: str
-    text: str | None = None
-    similar_to: str | None = None
-    k: int = 10
-    filter: dict[str, Any] | None = None
-    hybrid: bool = False
-    ef_search: int | None = None
+# SearchRequest's rules in this API's terms (planner.RequestError.rule -> message); any other
+# broken rule is a 400 with the planner's own message.
+_MESSAGES = {
+    "source": 'give either "text" or "similar_to" (a row\'s key)',
+    "empty": '"text" is empty',
+    "hybrid": '"hybrid" needs "text" (it ranks the text\'s words too)',
+}
 
 
 def parse_search(payload: object) -> SearchRequest:
-    """The request in a decoded JSON body, or an ApiError(400) that says what is wrong."""
+    """The request in a decoded JSON body, or an ApiError(400) that says what is wrong. The JSON's
+    types are checked here; the request's rules are SearchRequest's."""
     if not isinstance(payload, dict):
         raise ApiError(400, 'the body must be a JSON object, e.g. {"text": ..., "model": ...}')
     unknown = sorted(set(payload) - _FIELDS)
@@ -81,12 +78,8 @@ def parse_search(payload: object) -> SearchRequest:
     if not isinstance(model, str) or not model:
         raise ApiError(400, '"model" is required: a model\'s name (see GET /models)')
     text, similar_to = payload.get("text"), payload.get("similar_to")
-    if (text is None) == (similar_to is None):
-        raise ApiError(400, 'give either "text" or "similar_to" (a row\'s key)')
     if text is not None and not isinstance(text, str):
         raise ApiError(400, '"text" must be a string')
-    if text is not None and not text.strip():
-        raise ApiError(400, '"text" is empty')
     if similar_to is not None and (
         isinstance(similar_to, bool) or not isinstance(similar_to, str | int)
     ):
@@ -94,20 +87,22 @@ def parse_search(payload: object) -> SearchRequest:
     hybrid = payload.get("hybrid", False)
     if not isinstance(hybrid, bool):
         raise ApiError(400, '"hybrid" must be true or false')
-    if hybrid and text is None:
-        raise ApiError(400, '"hybrid" needs "text" (it ranks the text\'s words too)')
     filter = payload.get("filter")
     if filter is not None and not isinstance(filter, dict):
         raise ApiError(400, '"filter" must be a JSON object, e.g. {"rating": {"$gte": 4}}')
-    return SearchRequest(
-        model=model,
-        text=text,
-        similar_to=None if similar_to is None else str(similar_to),
-        k=_bounded(payload, "k", 10),
-        filter=filter,
-        hybrid=hybrid,
-        ef_search=_bounded(payload, "ef_search", None),
-    )
+    k, ef_search = _bounded(payload, "k", 10), _bounded(payload, "ef_search", None)
+    try:
+        return SearchRequest(
+            model,
+            text=text,
+            similar_to=None if similar_to is None else str(similar_to),
+            k=k,
+            filter=filter,
+            hybrid=hybrid,
+            ef_search=ef_search,
+        )
+    except planner.RequestError as exc:
+        raise ApiError(400, _MESSAGES.get(exc.rule, str(exc))) from None
 
 
 def _bounded(payload: Mapping[str, Any], name: str, default: int | None) -> Any:
@@ -210,8 +205,8 @@ class Api:
 
     def models(self) -> dict[str, Any]:
         """GET /models."""
-        rows = plan.execute(self._pool, _fetch_plan(plan.Fetch(_ALL_MODELS, as_dicts=True)))
-        specs = [registry.found(row["name"], row) for row in rows]
+        rows = plan.execute(self._pool, _fetch_plan(plan.Fetch(registry.ALL, as_dicts=True)))
+        specs = [registry.from_row(row) for row in rows]
         if self._only:
             specs = [spec for spec in specs if spec.name in self._only]
         return {"models": [model_info(spec) for spec in specs if spec.shadow_of is None]}
@@ -228,12 +223,6 @@ class Api:
             )
 
 
-# Every model's catalog row (registry.BY_NAME's columns), by name.
-_ALL_MODELS = sql.SQL("SELECT {} FROM pgembed.models ORDER BY name").format(
-    sql.SQL(", ").join(sql.Identifier(f.name) for f in dataclasses.fields(ModelSpec))
-)
-
-
 def _servable(conn: psycopg.Connection) -> list[ModelSpec]:
     return [spec for spec in registry.all_models(conn) if spec.shadow_of is None]
 
@@ -243,19 +232,9 @@ def _fetch_plan(step: plan.Fetch) -> plan.Plan[list[Any]]:
     return rows
 
 
-def _search_plan(request: SearchRequest) -> plan.Plan[list[helpers.Hit] | list[helpers.HybridHit]]:
-    """The helpers' plan for the request (as helpers.run picks it), on the model's current row."""
-    spec = yield from helpers.spec_plan(request.model)
+def _search_plan(request: SearchRequest) -> plan.Plan[list[planner.Hit] | list[planner.HybridHit]]:
+    """The planner's plan for the request, on the model's current row (never a shadow's)."""
+    spec = yield from planner.spec_plan(request.model)
     if spec.shadow_of is not None:
         raise NotFoundError(f"unknown model {request.model!r}: it is a reindex's shadow")
-    k, filter, ef_search = request.k, request.filter, request.ef_search
-    if request.similar_to is not None:
-        return (
-            yield from helpers.similar_plan(
-                spec, request.similar_to, k, filter, ef_search=ef_search
-            )
-        )
-    assert request.text is not None  # parse_search checks it
-    if request.hybrid:
-        return (yield from helpers.hybrid_plan(spec, request.text, k, filter, ef_search=ef_search))
-    return (yield from helpers.query_plan(spec, request.text, k, filter, ef_search=ef_search))
+    return (yield from planner.plan_for(spec, request))

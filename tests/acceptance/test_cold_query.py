@@ -12,7 +12,7 @@ import pytest
 from helpers import run_cli
 from pgembed import db
 from pgembed.catalog import registry
-from pgembed.search import helpers
+from pgembed.search import planner
 
 
 def imported(stderr: str) -> set[str]:
@@ -32,7 +32,7 @@ def test_cold_query_skips_sentence_transformers_and_matches_a_warm_process(
     assert not modules & {"transformers", "sentence_transformers", "sklearn", "scipy"}
     hits = json.loads(cold.stdout)
     with db.connection(shop_url) as conn:
-        warm = helpers.query(conn, registry.get(conn, "minilm"), text, 5)
+        warm = planner.query(conn, registry.get(conn, "minilm"), text, 5)
     assert [(h["key"], h["text"]) for h in hits] == [(h.key, h.text) for h in warm]
     assert [h["similarity"] for h in hits] == pytest.approx([h.similarity for h in warm], abs=1e-6)
 

@@ -19,7 +19,7 @@ import pytest
 
 from pgembed import db
 from pgembed.catalog import registry
-from pgembed.search import helpers
+from pgembed.search import planner
 
 START_TIMEOUT = 180  # seconds: loading a model on a busy 2-core machine
 STOP_TIMEOUT = 60
@@ -77,7 +77,7 @@ def test_serve_answers_and_stops_on_sigterm(shop_url: str, tmp_path: Path) -> No
         assert proc.wait(timeout=STOP_TIMEOUT) == 0, log.read_text()
     assert status == 200 and health == {"status": "ok", "models": ["minilm"]}
     with db.connection(shop_url) as conn:
-        want = helpers.query(conn, registry.get(conn, "minilm"), text, 5)
+        want = planner.query(conn, registry.get(conn, "minilm"), text, 5)
     assert [hit["key"] for hit in answer["hits"]] == [hit.key for hit in want]
     assert [hit["similarity"] for hit in answer["hits"]] == pytest.approx(
         [hit.similarity for hit in want], abs=1e-6

@@ -13,7 +13,7 @@ from helpers import cli
 from pgembed.catalog import ddl, registry
 from pgembed.errors import UsageError
 from pgembed.lifecycle import backfill, indexbuild, models, reindex
-from pgembed.search import helpers
+from pgembed.search import planner
 from pgembed.sync import worker
 from reindex_helpers import TEXTS, assert_vectors, make_table
 
@@ -44,7 +44,7 @@ def test_backfill_embeds_every_row_then_builds_the_index(
     conn.execute("INSERT INTO docs VALUES (41, 'The kettle boils water in a minute.', 4)")
     worker.Worker(db_url, worker.Options(once=True)).run()
     spec = registry.get(conn, "minilm")
-    assert helpers.query(conn, spec, "a kettle that boils water quickly", k=1)[0].key == 41
+    assert planner.query(conn, spec, "a kettle that boils water quickly", k=1)[0].key == 41
     # The new row is in the index the backfill built: an index scan finds it.
     nearest = (
         "SELECT id FROM docs ORDER BY embedding_minilm <=> "
@@ -81,7 +81,7 @@ def test_a_stopped_backfill_leaves_rows_to_sync_and_the_index_to_reindex(
     assert "`pgembed reindex minilm --index-only` builds it" in text.output
     # Searches work meanwhile, by an exact scan of the rows embedded so far.
     (first,) = conn.execute("SELECT id FROM docs WHERE embedding_minilm IS NOT NULL LIMIT 1")
-    assert helpers.query(conn, spec, TEXTS[first[0]], k=1)[0].key == first[0]
+    assert planner.query(conn, spec, TEXTS[first[0]], k=1)[0].key == first[0]
 
     worker.Worker(db_url, worker.Options(once=True)).run()  # the daemons finish the rows
     assert_vectors(conn, TEXTS)

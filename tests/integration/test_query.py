@@ -11,7 +11,7 @@ from helpers import cli, plans
 from pgembed.catalog import registry
 from pgembed.encode import embedder
 from pgembed.lifecycle import models
-from pgembed.search import helpers
+from pgembed.search import planner
 from pgembed.sync import worker
 
 
@@ -54,7 +54,7 @@ def test_query_text_output(synced: registry.ModelSpec, db_url: str) -> None:
 def test_query_embeds_with_the_models_settings(
     synced: registry.ModelSpec, reviews: psycopg.Connection
 ) -> None:
-    hits = helpers.query(reviews, synced, "noisy train", k=8)
+    hits = planner.query(reviews, synced, "noisy train", k=8)
     want = embedder.get(embedder.Settings("all-MiniLM-L6-v2")).encode_queries(["noisy train"])[0]
     stored: dict[int, Vector] = dict(
         reviews.execute("SELECT id, embedding_minilm FROM reviews").fetchall()
@@ -74,8 +74,8 @@ def test_query_uses_the_hnsw_index(synced: registry.ModelSpec, reviews: psycopg.
             ],
         )
     reviews.execute("ANALYZE reviews")
-    with plans(reviews) as found:  # helpers.nearest runs through pgembed.search
-        hits = helpers.nearest(reviews, synced, np.ones(384, dtype=np.float32), 5)
+    with plans(reviews) as found:  # planner.nearest runs through pgembed.search
+        hits = planner.nearest(reviews, synced, np.ones(384, dtype=np.float32), 5)
     assert len(hits) == 5
     assert any("Index Scan using pgembed_minilm_hnsw" in plan for plan in found)
 

@@ -20,7 +20,7 @@ from pgembed.catalog import ddl, registry
 from pgembed.encode import embedder
 from pgembed.encode.settings import settings_of
 from pgembed.lifecycle import indexbuild, models, reindex
-from pgembed.search import helpers
+from pgembed.search import planner
 from pgembed.sync import batch, worker
 from reindex_helpers import TEXTS, assert_vectors, encode, make_table, stored
 
@@ -123,7 +123,7 @@ class Searcher(threading.Thread):
         kinds = {self.kind(key, vec.to_numpy()) for key, vec in rows}
         assert len(kinds) == 1, kinds
         self.kinds.append(kinds.pop())
-        hits = helpers.query(conn, registry.get(conn, "minilm"), "battery died quickly", k=3)
+        hits = planner.query(conn, registry.get(conn, "minilm"), "battery died quickly", k=3)
         self.empty += len(hits) < 3
         self.searches += 1
 
@@ -285,12 +285,12 @@ def test_alter_to_a_checkpoint_of_other_dimensions(
     got = stored(conn)
     want = embedder.get(settings_of(spec)).encode_documents([TEXTS[k] for k in sorted(TEXTS)])
     np.testing.assert_allclose(np.stack([got[k] for k in sorted(TEXTS)]), want, atol=1e-5)
-    hits = helpers.query(conn, spec, TEXTS[7], k=1)
+    hits = planner.query(conn, spec, TEXTS[7], k=1)
     assert hits[0].key == 7
     # A caller still holding the 384-dimension spec from before the switch gets the same answer.
-    assert helpers.query(conn, synced, TEXTS[7], k=1) == hits
+    assert planner.query(conn, synced, TEXTS[7], k=1) == hits
     assert cli("--database-url", db_url, "model", "fulltext", "minilm").exit_code == 0
-    assert [h.key for h in helpers.hybrid(conn, synced, TEXTS[7], k=1)] == [7]
+    assert [h.key for h in planner.hybrid(conn, synced, TEXTS[7], k=1)] == [7]
 
 
 def test_index_only_rebuild_records_new_parameters(
@@ -319,7 +319,7 @@ def test_index_only_rebuild_records_new_parameters(
     ).fetchall() == [(8, 32)]
     after = stored(conn)
     assert all(np.array_equal(before[k], after[k]) for k in before)
-    assert helpers.query(conn, spec, TEXTS[3], k=1)[0].key == 3
+    assert planner.query(conn, spec, TEXTS[3], k=1)[0].key == 3
 
 
 def test_index_build_reports_progress(

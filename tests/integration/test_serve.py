@@ -1,5 +1,5 @@
 """`pgembed serve`'s HTTP API, in-process on a free port, through a real HTTP client (urllib):
-the hits equal search/helpers' for the same request; every error is a status and one line."""
+the hits equal search/planner's for the same request; every error is a status and one line."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from helpers import REVIEWS, database_name, with_database
 from pgembed import db
 from pgembed.catalog import registry
 from pgembed.lifecycle import models
-from pgembed.search import helpers, plan, vectors
+from pgembed.search import plan, planner, vectors
 from pgembed.serve import api as serve_api
 from pgembed.serve.api import Api
 from pgembed.serve.server import SearchServer
@@ -67,7 +67,7 @@ def shop(shop_url: str) -> Iterator[tuple[psycopg.Connection, registry.ModelSpec
         yield conn, registry.get(conn, "minilm")
 
 
-def as_json(hits: list[helpers.Hit] | list[helpers.HybridHit]) -> list[dict[str, Any]]:
+def as_json(hits: list[planner.Hit] | list[planner.HybridHit]) -> list[dict[str, Any]]:
     return [asdict(hit) for hit in hits]
 
 
@@ -82,7 +82,7 @@ def test_hits_equal_the_helpers(
         status, answer = call(f"{server.url}/search", {"text": text, "model": "minilm"})
         assert status == 200, answer
         assert answer["model"] == "minilm" and answer["took_ms"] > 0
-        assert answer["hits"] == as_json(helpers.query(conn, spec, text))  # k defaults to 10
+        assert answer["hits"] == as_json(planner.query(conn, spec, text))  # k defaults to 10
         assert len(answer["hits"]) == 10
 
 
@@ -93,24 +93,24 @@ def test_k_filter_hybrid_similar_to_and_ef_search(
     url, text = f"{server.url}/search", "the battery does not last"
     ratings = {"rating": {"$gte": 4}}
     status, answer = call(url, {"text": text, "model": "minilm", "k": 3, "filter": ratings})
-    assert status == 200 and answer["hits"] == as_json(helpers.query(conn, spec, text, 3, ratings))
+    assert status == 200 and answer["hits"] == as_json(planner.query(conn, spec, text, 3, ratings))
     keys = [hit["key"] for hit in answer["hits"]]
     rows = conn.execute("SELECT rating FROM reviews WHERE id = ANY(%s)", (keys,)).fetchall()
     assert len(keys) == 3 and all(rating >= 4 for (rating,) in rows)
 
     status, answer = call(url, {"text": text, "model": "minilm", "k": 4, "hybrid": True})
-    assert status == 200 and answer["hits"] == as_json(helpers.hybrid(conn, spec, text, 4))
+    assert status == 200 and answer["hits"] == as_json(planner.hybrid(conn, spec, text, 4))
     assert set(answer["hits"][0]) == {"key", "score", "text"}
 
     for key in (5, "5"):  # a key as the column's JSON type, or as text
         status, answer = call(url, {"similar_to": key, "model": "minilm", "k": 3})
-        assert status == 200 and answer["hits"] == as_json(helpers.similar(conn, spec, 5, 3))
+        assert status == 200 and answer["hits"] == as_json(planner.similar(conn, spec, 5, 3))
         assert 5 not in [hit["key"] for hit in answer["hits"]]
 
     body = {"text": text, "model": "minilm", "k": 5, "ef_search": 200}
     status, answer = call(url, body)
     assert status == 200
-    assert answer["hits"] == as_json(helpers.query(conn, spec, text, 5, ef_search=200))
+    assert answer["hits"] == as_json(planner.query(conn, spec, text, 5, ef_search=200))
 
 
 class Lines(logging.Handler):
@@ -259,7 +259,7 @@ def test_concurrent_requests(
         for subject in ("battery", "screen", "delivery", "apples")
         for verdict in ("is great", "broke after a week", "was late")
     ]
-    want = {text: as_json(helpers.query(conn, spec, text, k=5)) for text in texts}
+    want = {text: as_json(planner.query(conn, spec, text, k=5)) for text in texts}
     url = f"{server.url}/search"
 
     def ask(text: str) -> tuple[str, int, Any]:
@@ -347,7 +347,7 @@ def test_search_page_posts_its_fields_side_by_side(server: SearchServer, shop_ur
             status, answer = call(f"{server.url}{form.action}", body)
             assert status == 200 and answer["model"] == model
             spec = registry.get(conn, model)
-            want = helpers.query(conn, spec, body["text"], 10, {"id": {"$lte": 300}})
+            want = planner.query(conn, spec, body["text"], 10, {"id": {"$lte": 300}})
             assert answer["hits"] == as_json(want)
             assert len(want) == (10 if model == "minilm" else len(REVIEWS))
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from pgembed import defaults
 from pgembed.cli import main
 from pgembed.errors import UsageError
-from pgembed.search.helpers import require_text
+from pgembed.search.planner import require_text
 
 
 @pytest.mark.parametrize(
