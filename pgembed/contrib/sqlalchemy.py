@@ -1,34 +1,44 @@
-"""SQLAlchemy 2.0: search a mapped table by its pgembed column; keep Alembic off pgembed's objects.
+"""SQLAlchemy 2.0: search a mapped table by its pgembed model; keep Alembic off pgembed's objects.
 
-Map the watched table as usual and add the model's column with pgvector's type, e.g.
-`embedding_minilm: Mapped[Any] = mapped_column(Vector(384), deferred=True)`. `nearest` and
-`similar_to` are one `ORDER BY embedding_minilm <=> q LIMIT k` statement each, so the HNSW index
-is used, with the caller's `where` in the same statement.
+Map the watched table as usual (its key column, and the model's vector column with pgvector's
+type, e.g. `embedding_minilm: Mapped[Any] = mapped_column(Vector(384), deferred=True)`).
+`nearest` and `similar_to` build the same `SearchRequest` as every other front end and run the
+search planner (search/planner.py) on the session's own connection and transaction: the SQL helpers
+pgembed.search / pgembed.similar rank the rows (the index, ef_search, iterative scans, a chunked
+model's best window, `filter=`), then one statement loads the instances of the hits' keys, with
+the caller's `where=`. A `where` is applied to the ranked hits: while fewer than k pass, the
+helper is asked again for 4 times as many, until k pass or the table has no more (see
+docs/python.md for what that costs; `filter=` costs nothing extra).
+Needs SQLAlchemy's psycopg (3) driver: `postgresql+psycopg://...`.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import fields
-from typing import Any, TypeVar
+from dataclasses import replace
+from typing import Any, TypeVar, cast
 
 try:
     import sqlalchemy as sa
-    from pgvector.sqlalchemy import VECTOR
     from sqlalchemy.orm import Session
 except ImportError as exc:  # an optional extra: say how to get it
     raise ImportError(
         f"pgembed.contrib.sqlalchemy needs SQLAlchemy ({exc}): pip install 'pgembed[sqlalchemy]'"
     ) from None
 
-from pgembed.catalog import naming
+import psycopg
+
+from pgembed import db
 from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import NotFoundError, UsageError
-from pgembed.search import vectors
+from pgembed.search import plan, planner
+from pgembed.search.planner import Filter, Hit, SearchRequest
 
 T = TypeVar("T")
 SCHEMA = "pgembed"
+# How much deeper each reading goes while a `where` leaves fewer than k of the hits.
+DEEPER = 4
 
 
 def nearest(
@@ -38,11 +48,15 @@ def nearest(
     text: str,
     k: int = 10,
     where: sa.ColumnElement[bool] | None = None,
+    *,
+    filter: Filter | None = None,
+    ef_search: int | None = None,
 ) -> list[tuple[T, float]]:
-    """The k instances whose text is nearest to `text`, with their cosine similarity."""
-    spec = model_spec(session, model)
-    column = _column(entity, spec, spec.embedding_column)
-    return _run(session, entity, spec, column, vectors.embed_query(spec, text), k, [where])
+    """The k instances whose text is nearest to `text`, with their cosine similarity, nearest
+    first (pgembed.search). `filter`: the helpers' JSON filter ({"rating": {"$gte": 4}}), in
+    the search itself; `where`: any SQLAlchemy condition on `entity`, applied to its hits."""
+    request = SearchRequest(model, text=text, k=k, filter=filter, ef_search=ef_search)
+    return _search(session, entity, request, where)
 
 
 def similar_to(
@@ -52,142 +66,65 @@ def similar_to(
     key: Any,
     k: int = 10,
     where: sa.ColumnElement[bool] | None = None,
+    *,
+    filter: Filter | None = None,
+    ef_search: int | None = None,
 ) -> list[tuple[T, float]]:
-    """The k instances nearest to the row with this key (itself excluded), with their similarity."""
-    spec = model_spec(session, model)
-    column = _column(entity, spec, spec.embedding_column)
-    key_column = _column(entity, spec, spec.key_column)
-    target = column.table.alias("pgembed_target")  # an alias: the subquery must not correlate
-    vector = (
-        sa.select(target.c[column.key]).where(target.c[key_column.key] == key).scalar_subquery()
-    )
-    # `vector IS NOT NULL` is a one-time filter: a missing row yields no rows, not NULL distances.
-    conditions = [key_column != key, vector.is_not(None), where]
-    hits = _run(session, entity, spec, column, vector, k, conditions)
-    if not hits:
-        _require_vector(session, column, key_column, key, spec)
-    return hits
+    """The k instances nearest to the row with this key (itself excluded), with their similarity
+    (pgembed.similar); `filter` and `where` as in `nearest`."""
+    request = SearchRequest(model, similar_to=key, k=k, filter=filter, ef_search=ef_search)
+    try:
+        return _search(session, entity, request, where)
+    except NotFoundError:
+        spec = model_spec(session, model)
+        _require_vector(session, entity, spec, key)  # the same error, with the key as given
+        raise
 
 
 neighbours = similar_to
 
 
 def model_spec(session: Session, model: str) -> ModelSpec:
-    row = (
-        session.execute(sa.text("SELECT * FROM pgembed.models WHERE name = :name"), {"name": model})
-        .mappings()
-        .first()
-    )
-    if row is None:
-        raise NotFoundError(f"unknown model {model!r}: see `pgembed model list`")
-    return ModelSpec(**{f.name: row[f.name] for f in fields(ModelSpec)})
+    """The model's catalog row (registry's one read), on the session's connection."""
+    return plan.execute(_driver(session), planner.spec_plan(model))
 
 
-def _run(
+def _search(
     session: Session,
     entity: type[T],
-    spec: ModelSpec,
-    column: sa.Column[Any],
-    query: Any,
-    k: int,
-    conditions: list[sa.ColumnElement[bool] | None],
+    request: SearchRequest,
+    where: sa.ColumnElement[bool] | None,
 ) -> list[tuple[T, float]]:
-    if k < 1:
-        raise UsageError(f"k must be a positive number of rows, not {k}")
-    # The model's ef_search and iterative index scans (so a `where` still yields k rows), SET
-    # LOCAL for the session's transaction unless the caller set them.
-    session.execute(sa.text("SELECT pgembed._apply_settings_v1(:model)"), {"model": spec.name})
-    where = [column.is_not(None), *(c for c in conditions if c is not None)]
-    if spec.chunked:
-        hits = _best_windows(session, entity, spec, column, query, k, where)
-    else:
-        distance = _vector(column, spec).cosine_distance(query)
-        statement = (
-            sa.select(entity, (1 - distance).label("similarity"))
-            .where(*where)
-            .order_by(distance)
-            .limit(k)
-        )
-        hits = [(row[0], float(row[1])) for row in session.execute(statement)]
-    # Relaxed iterative scans may return near-ties slightly out of order.
-    return sorted(hits, key=lambda hit: -hit[1])
-
-
-def _best_windows(
-    session: Session,
-    entity: type[T],
-    spec: ModelSpec,
-    column: sa.Column[Any],
-    query: Any,
-    k: int,
-    where: list[sa.ColumnElement[bool]],
-) -> list[tuple[T, float]]:
-    """A chunked model: rows ranked by their best window, as pgembed.search ranks them (see
-    pgembed._semantic_v1). The k nearest rows by their own vector and the depth·k nearest
-    chunks (of rows the `where` keeps), each one `ORDER BY <=> LIMIT` that can take its HNSW
-    index, merged by row; read deeper until no unread chunk could change the rows."""
-    depth = 4
-    while True:
-        rows = session.execute(_windows_statement(entity, spec, column, query, k, where, depth))
-        found = [(row[0], float(row[1]), row[2]) for row in rows]
-        if all(settled for _, _, settled in found) or depth >= 4096:
-            return [(instance, similarity) for instance, similarity, _ in found]
-        depth *= 4
-
-
-def _windows_statement(
-    entity: type[T],
-    spec: ModelSpec,
-    column: sa.Column[Any],
-    query: Any,
-    k: int,
-    where: list[sa.ColumnElement[bool]],
-    depth: int,
-) -> sa.Select[Any]:
-    chunks = sa.table(
-        naming.chunk_table_name(spec),
-        sa.column("key"),
-        sa.column("embedding"),
-        schema=spec.table_schema,
-    )
+    conn = _driver(session)
+    spec = plan.execute(conn, planner.spec_plan(request.model))
+    _column(entity, spec, spec.embedding_column)  # the entity maps the model's table and vector
     key = _column(entity, spec, spec.key_column)
-    own = _vector(column, spec).cosine_distance(query)
-    piece = _vector(chunks.c.embedding, spec).cosine_distance(query)
-    rows = sa.select(key.label("key"), own.label("distance")).where(*where)
-    pieces = (
-        sa.select(key.label("key"), piece.label("distance"))
-        .select_from(chunks.join(column.table, key == chunks.c.key))
-        .where(*where)
-        .order_by(piece)
-        .limit(depth * k)
-        .cte("pgembed_pieces")
-    )
-    merged = sa.union_all(
-        sa.select(rows.order_by(own).limit(k).subquery()),
-        sa.select(pieces.c.key, pieces.c.distance),
-    ).subquery()
-    distance = sa.func.min(merged.c.distance)
-    best = (
-        sa.select(merged.c.key, distance.label("distance"))
-        .group_by(merged.c.key)
-        .order_by(distance)
-        .limit(k)
-        .cte("pgembed_best")
-    )
-    count, farthest = sa.func.count(), sa.func.max
-    settled = sa.or_(
-        sa.select(count).select_from(pieces).scalar_subquery() < depth * k,
-        sa.and_(
-            sa.select(count).select_from(best).scalar_subquery() >= k,
-            sa.select(farthest(pieces.c.distance)).scalar_subquery()
-            >= sa.select(farthest(best.c.distance)).scalar_subquery(),
-        ),
-    )
-    return (
-        sa.select(entity, (1 - best.c.distance).label("similarity"), settled.label("settled"))
-        .join(best, key == best.c.key)
-        .order_by(best.c.distance)
-    )
+    asked = request.k
+    while True:
+        ranked = plan.execute(conn, planner.plan_for(spec, replace(request, k=asked)))
+        hits = cast(list[Hit], ranked)  # never hybrid here
+        conditions = [key.in_([hit.key for hit in hits]), *([] if where is None else [where])]
+        rows = session.execute(sa.select(entity, key).where(*conditions))
+        found = {row[1]: row[0] for row in rows}
+        # k passed, or the helper has no more rows (it returned fewer than asked): done.
+        if len(found) >= request.k or len(hits) < asked or where is None:
+            kept = [(found[hit.key], hit.similarity) for hit in hits if hit.key in found]
+            return kept[: request.k]
+        asked *= DEEPER
+
+
+def _driver(session: Session) -> psycopg.Connection:
+    """The psycopg connection under the session's (in its transaction: searches run in
+    savepoints there, so a failed one leaves the session usable)."""
+    driver = session.connection().connection.driver_connection
+    if not isinstance(driver, psycopg.Connection):
+        raise UsageError(
+            "pgembed's SQLAlchemy searches need the psycopg (3) driver: postgresql+psycopg://..."
+        )
+    if driver.adapters.types.get("vector") is None:  # once per connection: query vectors
+        with plan.errors():
+            db.register_vector(driver)
+    return driver
 
 
 def _column(entity: type[Any], spec: ModelSpec, name: str) -> sa.Column[Any]:
@@ -212,14 +149,10 @@ def _column(entity: type[Any], spec: ModelSpec, name: str) -> sa.Column[Any]:
     )
 
 
-def _vector(column: sa.ColumnElement[Any], spec: ModelSpec) -> Any:
-    """The column with pgvector's comparator (`cosine_distance`), whatever type it was mapped as."""
-    return sa.type_coerce(column, VECTOR(spec.dimensions))
-
-
-def _require_vector(
-    session: Session, column: sa.Column[Any], key_column: sa.Column[Any], key: Any, spec: ModelSpec
-) -> None:
+def _require_vector(session: Session, entity: type[Any], spec: ModelSpec, key: Any) -> None:
+    """Say which of the row or its vector is missing, naming the key as the caller gave it."""
+    column = _column(entity, spec, spec.embedding_column)
+    key_column = _column(entity, spec, spec.key_column)
     found = session.execute(sa.select(column).where(key_column == key)).first()
     if found is None:
         raise NotFoundError(f"{spec.qualified_table} has no row with {spec.key_column} = {key!r}")

@@ -128,32 +128,36 @@ def statements(session: Session) -> list[tuple[str, Any]]:
     return seen
 
 
-def explain(session: Session, statement: str, params: Any) -> str:
-    plan = session.connection().exec_driver_sql("EXPLAIN " + statement, params)
-    return "\n".join(row[0] for row in plan)
+def index_scans(session: Session) -> int:
+    """Scans of the model's HNSW index so far in the session's transaction."""
+    count = sa.text("SELECT pg_stat_get_xact_numscans('pgembed_minilm_hnsw'::regclass)")
+    return int(session.execute(count).scalar_one())
 
 
-def test_nearest_is_one_statement_using_the_index(items_session: Session) -> None:
+def test_nearest_goes_through_the_helper_and_its_index(items_session: Session) -> None:
+    # The search is pgembed.search's, run on the session's connection (below SQLAlchemy's
+    # events); SQLAlchemy sees one statement, loading the hits' instances, no search of its own.
     seen = statements(items_session)
+    before = index_scans(items_session)
     hits = orm.nearest(items_session, Item, "minilm", "anything", k=10)
-    searches = [(s, p) for s, p in seen if "<=>" in s]
-    assert len(hits) == 10 and len(searches) == 1
-    assert "ORDER BY items.embedding_minilm <=>" in searches[0][0]
-    assert "Index Scan using pgembed_minilm_hnsw on items" in explain(items_session, *searches[0])
+    assert len(hits) == 10 and index_scans(items_session) > before
+    assert [h for _, h in hits] == sorted((h for _, h in hits), reverse=True)
+    loads = [s for s, _ in seen if "FROM items" in s]
+    assert len(loads) == 1 and "<=>" not in loads[0]
     seen.clear()
+    before = index_scans(items_session)
     like = orm.similar_to(items_session, Item, "minilm", 5, k=10)
-    (search,) = [(s, p) for s, p in seen if "<=>" in s]
     assert len(like) == 10 and 5 not in {i.id for i, _ in like}
-    assert "Index Scan using pgembed_minilm_hnsw on items" in explain(items_session, *search)
+    assert index_scans(items_session) > before
+    assert not [s for s, _ in seen if "<=>" in s]
 
 
 def test_where_matching_2_percent_still_returns_k(items_session: Session) -> None:
-    items_session.execute(sa.text("SET enable_seqscan = off"))  # keep the planner on HNSW
-    seen = statements(items_session)
+    before = index_scans(items_session)
     rare = orm.nearest(items_session, Item, "minilm", "x", k=10, where=Item.bucket == "rare")
     assert len(rare) == 10 and {i.bucket for i, _ in rare} == {"rare"}
-    (search,) = [(s, p) for s, p in seen if "<=>" in s]
-    assert "Index Scan using pgembed_minilm_hnsw on items" in explain(items_session, *search)
+    assert index_scans(items_session) > before  # through the index, read deeper as needed
+    assert [h for _, h in rare] == sorted((h for _, h in rare), reverse=True)
     items_session.commit()
     # The settings lasted only for that transaction; a caller's own setting wins.
     show = sa.text("SHOW hnsw.iterative_scan")
@@ -163,12 +167,25 @@ def test_where_matching_2_percent_still_returns_k(items_session: Session) -> Non
     assert len(again) == 10 and items_session.execute(show).scalar() == "strict_order"
     items_session.commit()
     # Without pgembed's settings, the plain statement runs the index dry early.
+    items_session.execute(sa.text("SET LOCAL enable_seqscan = off"))  # keep the planner on HNSW
     plain = sa.select(Item.id).where(Item.bucket == "rare")
     vector = items_session.execute(sa.select(Item.embedding_minilm).where(Item.id == 0)).scalar()
     few = items_session.execute(
         plain.order_by(Item.embedding_minilm.cosine_distance(vector)).limit(10)
     )
     assert len(few.all()) < 10
+
+
+def test_filter_and_ef_search_are_the_helpers(items_session: Session) -> None:
+    rare = orm.nearest(items_session, Item, "minilm", "x", k=10, where=Item.bucket == "rare")
+    same = orm.nearest(
+        items_session, Item, "minilm", "x", k=10, filter={"bucket": "rare"}, ef_search=400
+    )
+    assert len(same) == 10 and {i.bucket for i, _ in same} == {"rare"}
+    assert len({i.id for i, _ in same} & {i.id for i, _ in rare}) >= 8  # both nearly exact
+    # ef_search held for that search alone: the session's transaction does not keep it.
+    setting = sa.text("SELECT current_setting('pgembed.ef_search', true)")
+    assert items_session.execute(setting).scalar() in (None, "")
 
 
 def test_orm_errors(session: Session) -> None:
