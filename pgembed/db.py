@@ -41,19 +41,24 @@ def vector_name(conn: psycopg.Connection, name: str) -> sql.Identifier:
     """pgvector's object `name` (type, operator class) qualified by the extension's schema: not
     looked up through search_path, where another role's object of the same name could come
     first."""
-    return sql.Identifier(_vector_schema(conn), name)
+    return sql.Identifier(_installed(vector_schema(conn)), name)
 
 
 def distance_operator(conn: psycopg.Connection) -> sql.Composed:
     """pgvector's cosine distance, `OPERATOR(<its schema>.<=>)`, for the same reason."""
-    return sql.SQL("OPERATOR({}.<=>)").format(sql.Identifier(_vector_schema(conn)))
+    return sql.SQL("OPERATOR({}.<=>)").format(sql.Identifier(_installed(vector_schema(conn))))
 
 
-def _vector_schema(conn: psycopg.Connection) -> str:
+def vector_schema(conn: psycopg.Connection) -> str | None:
+    """The schema pgvector is installed in; None where it is not installed."""
     row = conn.execute(sqlfiles.get("session", "vector_schema")).fetchone()
-    if row is None:
+    return None if row is None else str(row[0])
+
+
+def _installed(schema: str | None) -> str:
+    if schema is None:
         raise psycopg.ProgrammingError("the vector extension is not installed")
-    return str(row[0])
+    return schema
 
 
 def register_vector(conn: psycopg.Connection) -> None:
@@ -68,9 +73,8 @@ async def register_vector_async(conn: psycopg.AsyncConnection) -> None:
     """The same for an asyncio connection."""
     cur = await conn.execute(sqlfiles.get("session", "vector_schema"))
     row = await cur.fetchone()
-    if row is None:
-        raise psycopg.ProgrammingError("the vector extension is not installed")
-    info = await TypeInfo.fetch(conn, sql.Identifier(row[0], "vector"))
+    schema = _installed(None if row is None else str(row[0]))
+    info = await TypeInfo.fetch(conn, sql.Identifier(schema, "vector"))
     if info is None:
         raise psycopg.ProgrammingError("the vector extension has no type vector")
     register_vector_info(conn, info)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psycopg
 
-from pgembed import roles, sqlfiles
+from pgembed import db, roles, sqlfiles
 from pgembed.errors import DatabaseError, SchemaError
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -215,13 +215,13 @@ def _refuse_tampered(done: dict[int, str], wanted: list[Migration]) -> None:
 def _vector_schema(conn: psycopg.Connection) -> str:
     """pgvector's schema, installing it first where the role's own search_path says (public,
     usually): migrations then run with search_path = pg_catalog, that schema, pg_temp."""
-    row = conn.execute(sqlfiles.get("session", "vector_schema")).fetchone()
-    if row is None:
+    schema = db.vector_schema(conn)
+    if schema is None:
         with conn.transaction():
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        row = conn.execute(sqlfiles.get("session", "vector_schema")).fetchone()
-    assert row is not None
-    return str(row[0])
+        schema = db.vector_schema(conn)
+    assert schema is not None
+    return schema
 
 
 def _refuse_shadows(conn: psycopg.Connection, schema: str) -> None:

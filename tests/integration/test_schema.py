@@ -18,7 +18,7 @@ import pytest
 from psycopg.rows import TupleRow
 
 import pgembed
-from pgembed import db, migrate
+from pgembed import db, migrate, roles
 from schema_helpers import describe
 
 Conn = psycopg.Connection[TupleRow]
@@ -69,6 +69,8 @@ def test_migrations_yield_the_current_schema(empty_db_url: str, other_empty_db_u
         for path in files:
             with conn.transaction():
                 conn.execute(path.read_bytes())
+        # As migrate does: the roles' grants, where an earlier test made the (cluster's) roles.
+        roles.grant(conn)
         reference = describe(conn)
     for description in (migrated, reference):
         assert "extension vector" in description
