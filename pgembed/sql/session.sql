@@ -3,9 +3,9 @@
 
 -- name: pin
 -- Keys travel as text in one canonical form, whatever the role's defaults: the capture triggers
--- write them under the same settings (sql/schema/20_capture.sql). search_path is left as the
--- role has it (a user's own SQL on these sessions may create tables); pgembed's own SQL writes
--- built-ins as pg_catalog.x, and its functions pin search_path themselves.
+-- write them under the same settings (sql/definitions/20_capture.sql). search_path is left as
+-- the role has it (a user's own SQL on these sessions may create tables); pgembed's own SQL
+-- writes built-ins as pg_catalog.x, and its functions pin search_path themselves.
 SELECT pg_catalog.set_config('datestyle', 'ISO, MDY', false),
        pg_catalog.set_config('intervalstyle', 'postgres', false),
        pg_catalog.set_config('timezone', 'UTC', false),
