@@ -7,7 +7,7 @@ search planner (search/planner.py) on the session's own connection and transacti
 pgembed.search / pgembed.similar rank the rows (the index, ef_search, iterative scans, a chunked
 model's best window, `filter=`), then one statement loads the instances of the hits' keys, with
 the caller's `where=`. A `where` is applied to the ranked hits: while fewer than k pass, the
-helper is asked again for 4 times as many, until k pass or the table has no more (see
+helper is asked again for 4 times as many, until k pass or the index scan has no more (see
 docs/python.md for what that costs; `filter=` costs nothing extra).
 Needs SQLAlchemy's psycopg (3) driver: `postgresql+psycopg://...`.
 """
@@ -95,6 +95,8 @@ def _search(
     request: SearchRequest,
     where: sa.ColumnElement[bool] | None,
 ) -> list[tuple[T, float]]:
+    if session.autoflush:  # as a select would: the search sees the session's pending changes
+        session.flush()
     conn = _driver(session)
     spec = plan.execute(conn, planner.spec_plan(request.model))
     _column(entity, spec, spec.embedding_column)  # the entity maps the model's table and vector
@@ -103,19 +105,38 @@ def _search(
     while True:
         ranked = plan.execute(conn, planner.plan_for(spec, replace(request, k=asked)))
         hits = cast(list[Hit], ranked)  # never hybrid here
-        conditions = [key.in_([hit.key for hit in hits]), *([] if where is None else [where])]
-        rows = session.execute(sa.select(entity, key).where(*conditions))
-        found = {row[1]: row[0] for row in rows}
-        # k passed, or the helper has no more rows (it returned fewer than asked): done.
+        found = _instances(session, entity, key, hits, where)
+        # k passed, or the helper has no more rows (fewer than asked: the table, or pgvector's
+        # hnsw.max_scan_tuples for one scan, is exhausted): done.
         if len(found) >= request.k or len(hits) < asked or where is None:
-            kept = [(found[hit.key], hit.similarity) for hit in hits if hit.key in found]
-            return kept[: request.k]
+            return found[: request.k]
         asked *= DEEPER
 
 
+def _instances(
+    session: Session,
+    entity: type[T],
+    key: sa.Column[Any],
+    hits: list[Hit],
+    where: sa.ColumnElement[bool] | None,
+) -> list[tuple[T, float]]:
+    """The hits' instances that pass `where`, in the hits' order. The keys travel as psycopg
+    sent them (no type of the mapping's applies) and are matched by the server, so a mapped
+    type that reads keys back in another Python form (a uuid as str) still finds them."""
+    if not hits:
+        return []
+    ranked = sa.values(sa.column("key"), sa.column("n", sa.Integer), name="pgembed_hits").data(
+        [(hit.key, n) for n, hit in enumerate(hits)]
+    )
+    statement = sa.select(entity, ranked.c.n).join(ranked, key == ranked.c.key).order_by(ranked.c.n)
+    if where is not None:
+        statement = statement.where(where)
+    return [(instance, hits[n].similarity) for instance, n in session.execute(statement)]
+
+
 def _driver(session: Session) -> psycopg.Connection:
-    """The psycopg connection under the session's (in its transaction: searches run in
-    savepoints there, so a failed one leaves the session usable)."""
+    """The psycopg connection under the session's: searches run in its transaction, the helpers'
+    statements in savepoints."""
     driver = session.connection().connection.driver_connection
     if not isinstance(driver, psycopg.Connection):
         raise UsageError(

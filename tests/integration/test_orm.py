@@ -57,6 +57,29 @@ class Elsewhere(Other):
     id: Mapped[int] = mapped_column(primary_key=True)
 
 
+class KeyAsText(sa.types.TypeDecorator[str]):
+    """An integer key that the mapping reads back as a str (as sa.Uuid(as_uuid=False) does)."""
+
+    impl = sa.Integer
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: sa.Dialect) -> int | None:
+        return None if value is None else int(value)
+
+    def process_result_value(self, value: int | None, dialect: sa.Dialect) -> str | None:
+        return None if value is None else str(value)
+
+
+class Third(DeclarativeBase):
+    pass
+
+
+class ReviewByText(Third):
+    __tablename__ = "reviews"
+    id: Mapped[str] = mapped_column(KeyAsText, primary_key=True)
+    embedding_minilm: Mapped[Any] = mapped_column(Vector(384), deferred=True, nullable=True)
+
+
 def engine_for(url: str) -> sa.Engine:
     return sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
 
@@ -186,6 +209,19 @@ def test_filter_and_ef_search_are_the_helpers(items_session: Session) -> None:
     # ef_search held for that search alone: the session's transaction does not keep it.
     setting = sa.text("SELECT current_setting('pgembed.ef_search', true)")
     assert items_session.execute(setting).scalar() in (None, "")
+
+
+def test_keys_read_back_in_another_form_and_pending_changes(session: Session) -> None:
+    """Hits are matched to rows by the server, whatever Python form the mapping gives keys; a
+    search sees the session's unflushed changes, as a select does."""
+    hits = orm.nearest(session, Review, "minilm", "battery dies fast", k=3)
+    as_text = orm.nearest(session, ReviewByText, "minilm", "battery dies fast", k=3)
+    assert [(r.id, s) for r, s in as_text] == [(str(r.id), s) for r, s in hits]
+    session.delete(hits[0][0])  # not flushed yet
+    after = orm.nearest(session, Review, "minilm", "battery dies fast", k=3)
+    assert len(after) == 3 and hits[0][0].id not in {r.id for r, _ in after}
+    assert [r.id for r, _ in after[:2]] == [r.id for r, _ in hits[1:]]
+    session.rollback()
 
 
 def test_orm_errors(session: Session) -> None:
