@@ -276,12 +276,14 @@ def _hits(
     params: dict[str, Any],
     ef_search: int | None,
 ) -> Fetch:
-    """A helper's hits with each row's key (in the key column's own type) and text, in the
-    helper's order, in one statement."""
+    """A helper's hits with each row's key (in the key column's own type) and text, in one
+    statement, best first: a helper's relaxed-order index scan (with a filter) may return
+    near-ties out of order, so every front end sorts here (ties keep the helper's order)."""
     statement = sql.SQL(
         "SELECT t.{key}, h.{value}, {text} "
         "FROM {call} WITH ORDINALITY AS h(key, {value}, n) "
-        "JOIN {table} t ON t.{key} OPERATOR(pg_catalog.=) h.key::{type} ORDER BY h.n"
+        "JOIN {table} t ON t.{key} OPERATOR(pg_catalog.=) h.key::{type} "
+        "ORDER BY h.{value} DESC, h.n"
     ).format(
         value=sql.Identifier(value),
         text=naming.text_expression(spec, "t"),
