@@ -106,6 +106,13 @@ def set_ef_search(conn: psycopg.Connection, ef_search: int | str) -> str:
     return str(row[0]) if row else ""
 
 
+async def set_ef_search_async(conn: psycopg.AsyncConnection, ef_search: int | str) -> str:
+    """The same on an async connection."""
+    cur = await conn.execute(SET_EF_SEARCH, (str(ef_search),))
+    row = await cur.fetchone()
+    return str(row[0]) if row else ""
+
+
 def _fetch(conn: psycopg.Connection | ConnectionPool[psycopg.Connection], step: Fetch) -> list[Any]:
     if isinstance(conn, ConnectionPool):
         return _fetch_pooled(conn, step)
@@ -161,11 +168,10 @@ async def _fetch_async(
         async with conn.transaction():
             if step.ef_search is None:
                 return await _rows_async(conn, step)
-            cur = await conn.execute(SET_EF_SEARCH, (str(step.ef_search),))
-            previous = await cur.fetchone()
+            previous = await set_ef_search_async(conn, step.ef_search)
             rows = await _rows_async(conn, step)
-            if nested and previous is not None:
-                await conn.execute(SET_EF_SEARCH, (previous[0],))
+            if nested:
+                await set_ef_search_async(conn, previous)
             return rows
 
 

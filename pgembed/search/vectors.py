@@ -15,7 +15,6 @@ from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.encode.embedder import Vectors
 from pgembed.encode.settings import settings_of
-from pgembed.errors import UsageError
 
 # Settings this process has embedded a query with: their model is loaded, so a search goes
 # straight to embedding (see _before_the_model).
@@ -91,13 +90,7 @@ _cache = QueryCache(defaults.QUERY_CACHE_SIZE, defaults.QUERY_CACHE_BYTES)
 
 def embed_query(spec: ModelSpec, text: str) -> Vectors:
     """The query's vector with the model's exact settings; repeated texts come from the cache.
-
-    Every query path ends here (CLI, Client, AsyncClient, serve, SQLAlchemy), so the size limit
-    holds on all of them."""
-    if len(text) > defaults.MAX_QUERY_CHARS:
-        raise UsageError(
-            f"the query text has {len(text)} characters; at most {defaults.MAX_QUERY_CHARS}"
-        )
+    The text was checked by the request it came with (search/planner.py, SearchRequest)."""
     settings = settings_of(spec)
     return _cache.get((settings, text), lambda: _query_vector(settings, text))
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from html import escape
 
+from pgembed.search.planner import MAX_K
+
 _PAGE = """<!doctype html>
 <html lang="en">
 <head>
@@ -45,7 +47,7 @@ li { margin-bottom: .5rem; }
 <label>Side by side with <select name="compare">
 <option value="">(none)</option><!--compare--></select></label>
 <label>Filter (JSON) <input name="filter" placeholder='{"rating": {"$gte": 4}}'></label>
-<label>k <input name="k" type="number" value="10" min="1" max="1000"></label>
+<label>k <input name="k" type="number" value="10" min="1" max="<!--max-k-->"></label>
 <label class="check"><input name="hybrid" type="checkbox" value="true"> hybrid</label>
 <button type="submit">Search</button>
 </form>
@@ -123,7 +125,8 @@ def render(models: list[str]) -> str:
     """The page, its pickers listing `models` (the second one preselects the second model)."""
     options = "".join(_option(name, i == 0) for i, name in enumerate(models))
     compare = "".join(_option(name, i == 1) for i, name in enumerate(models))
-    return _PAGE.replace("<!--options-->", options).replace("<!--compare-->", compare)
+    page = _PAGE.replace("<!--max-k-->", str(MAX_K))
+    return page.replace("<!--options-->", options).replace("<!--compare-->", compare)
 
 
 def _option(name: str, selected: bool) -> str:

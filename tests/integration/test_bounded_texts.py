@@ -24,6 +24,7 @@ from pgembed.encode.settings import settings_of
 from pgembed.errors import UsageError
 from pgembed.lifecycle import models
 from pgembed.search import vectors
+from pgembed.search.planner import SearchRequest
 from pgembed.serve.api import Api
 from pgembed.serve.server import SearchServer
 from pgembed.sync import store, worker
@@ -79,7 +80,7 @@ def long_query() -> str:
 
 def test_query_text_is_limited_on_every_path(spec: ModelSpec, db_url: str, long_query: str) -> None:
     with pytest.raises(UsageError, match="at most 10000"):
-        vectors.embed_query(spec, long_query)  # the SQLAlchemy helpers' path
+        SearchRequest("minilm", text=long_query)  # what every path builds, SQLAlchemy's too
     with pgembed.Client(db_url) as client, pytest.raises(UsageError, match="at most"):
         client.search("minilm", long_query)
 
