@@ -53,10 +53,12 @@ class ModelOptions(TypedDict, total=False):
 
 
 def migrate_schema(database_url: str | None = None) -> list[str]:
-    """Install or upgrade the pgembed schema (`pgembed migrate`): the migration files applied,
-    empty when it was current."""
+    """Install or upgrade the pgembed schema (`pgembed migrate`): the files applied (migrations,
+    then `definitions/...`), empty when it was current."""
+    defined: list[migrate.Definition] = []
     with db.connection(locate.resolve_url(database_url)) as conn:
-        return [migration.filename for migration in migrate.migrate(conn)]
+        applied = migrate.migrate(conn, on_define=defined.append)
+    return [m.filename for m in applied] + [d.filename for d in defined]
 
 
 def add_model(

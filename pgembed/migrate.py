@@ -118,6 +118,7 @@ def migrate(
                 conn.execute(sqlfiles.get("migrate", "record"), record)
             newly.append(migration)
         if definitions_dir is not None:
+            _refuse_newer(done, available(directory))
             wanted = definitions(definitions_dir)
             for definition in _define(conn, schema, wanted, force=bool(newly)):
                 if on_define is not None:
@@ -188,8 +189,8 @@ def require_current(
             f"{missing[0]}): run `pgembed migrate`"
         )
     definitions_dir = _definitions_beside(directory, definitions_dir)
-    if definitions_dir is None:
-        return
+    if definitions_dir is None or _newer(done, wanted):
+        return  # an older pgembed works on a newer schema, as with the migrations alone
     defined = _defined(conn)
     if defined is None:  # a reader with the grants of older releases: nothing to check against
         return
@@ -198,6 +199,21 @@ def require_current(
         raise SchemaError(
             f"the pgembed functions are behind this pgembed ({', '.join(stale)} changed): "
             "run `pgembed migrate`"
+        )
+
+
+def _newer(done: dict[int, str], wanted: list[Migration]) -> list[int]:
+    """Migrations the database has and this pgembed does not know: a newer pgembed ran."""
+    return sorted(set(done) - {m.version for m in wanted})
+
+
+def _refuse_newer(done: dict[int, str], wanted: list[Migration]) -> None:
+    """An older pgembed must not put its definitions over a newer one's."""
+    newer = _newer(done, wanted)
+    if newer:
+        raise SchemaError(
+            f"this database was migrated by a newer pgembed (migration {newer[-1]:04d}, which this "
+            "one does not have): upgrade pgembed to migrate it"
         )
 
 

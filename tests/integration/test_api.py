@@ -38,7 +38,8 @@ def test_migrate_add_sync_and_status_as_functions(empty_db_url: str) -> None:
     with pytest.raises(pgembed.SchemaError, match="run `pgembed migrate`"):
         pgembed.status(url)
     applied = pgembed.migrate_schema(url)
-    assert applied == [m.filename for m in migrate.available()]
+    definitions = [d.filename for d in migrate.definitions()]
+    assert applied == [m.filename for m in migrate.available()] + definitions
     assert pgembed.migrate_schema(url) == []
     with db.connection(url) as conn:
         conn.execute("CREATE TABLE notes (id bigint PRIMARY KEY, body text)")

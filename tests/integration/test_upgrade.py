@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from pgembed import db, migrate
+from pgembed.errors import SchemaError
 from pgembed.lifecycle import models
 from pgembed.sync import worker
 from schema_helpers import describe
@@ -194,3 +195,19 @@ def test_changed_definitions_are_applied_again_and_required(db_url: str, tmp_pat
         defined.clear()
         migrate.migrate(conn, definitions_dir=changed, on_define=defined.append)
         assert defined == []
+
+
+def test_an_older_pgembed_leaves_newer_definitions_alone(db_url: str) -> None:
+    """A database a newer pgembed migrated (a migration this one lacks): this one still
+    searches and syncs there, as before the definitions, but refuses to migrate it back."""
+    with db.connection(db_url) as conn:
+        conn.execute(
+            "INSERT INTO pgembed.migrations (version, name, sha256) VALUES (9999, 'later', 'x')"
+        )
+        conn.execute("UPDATE pgembed.definitions SET sha256 = 'a newer one'")
+        migrate.require_current(conn)
+        with pytest.raises(SchemaError, match=r"newer pgembed \(migration 9999"):
+            migrate.migrate(conn)
+        assert conn.execute("SELECT DISTINCT sha256 FROM pgembed.definitions").fetchall() == [
+            ("a newer one",)
+        ]
