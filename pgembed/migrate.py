@@ -23,6 +23,11 @@ _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _LOCK_KEY = 0x7067656D626564
 
 
+def _sha256(text: str) -> str:
+    """What pgembed.migrations and pgembed.definitions record of a file, to see it changed."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int
@@ -31,7 +36,7 @@ class Migration:
 
     @property
     def sha256(self) -> str:
-        return hashlib.sha256(self.sql.encode()).hexdigest()
+        return _sha256(self.sql)
 
     @property
     def filename(self) -> str:
@@ -51,7 +56,7 @@ class Definition:
 
     @property
     def sha256(self) -> str:
-        return hashlib.sha256(self.sql.encode()).hexdigest()
+        return _sha256(self.sql)
 
 
 def available(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
@@ -102,36 +107,35 @@ def migrate(
         with conn.transaction():
             conn.execute(sqlfiles.get("migrate", "bootstrap"))
         done = applied(conn)
-        _refuse_tampered(done, available(directory))
-        newly: list[Migration] = []
-        for migration in available(directory):
-            if migration.version in done:
-                continue
-            with conn.transaction():
-                conn.execute(sqlfiles.get("migrate", "pin"), {"schema": schema})
-                conn.execute(migration.sql.encode())
-                record = {
-                    "version": migration.version,
-                    "name": migration.name,
-                    "sha256": migration.sha256,
-                }
-                conn.execute(sqlfiles.get("migrate", "record"), record)
-            newly.append(migration)
+        migrations = available(directory)
+        _refuse_tampered(done, migrations)
+        pending = [m for m in migrations if m.version not in done]
+        _apply(conn, schema, pending)
         if definitions_dir is not None:
-            _refuse_newer(done, available(directory))
+            _refuse_newer(done, migrations)
             wanted = definitions(definitions_dir)
-            for definition in _define(conn, schema, wanted, force=bool(newly)):
+            for definition in _define(conn, schema, wanted, force=bool(pending)):
                 if on_define is not None:
                     on_define(definition)
         if create_roles:
             roles.create(conn)
         elif directory == MIGRATIONS_DIR:  # the grants read the current catalog
             roles.grant(conn)
-        return newly
+        return pending
     except psycopg.Error as exc:
         raise DatabaseError(f"migration failed: {exc}") from None
     finally:
         conn.execute(sqlfiles.get("migrate", "unlock"), {"key": _LOCK_KEY})
+
+
+def _apply(conn: psycopg.Connection, schema: str, pending: list[Migration]) -> None:
+    """Each migration in its own transaction, recorded with its sha256 in the same one."""
+    for migration in pending:
+        with conn.transaction():
+            conn.execute(sqlfiles.get("migrate", "pin"), {"schema": schema})
+            conn.execute(migration.sql.encode())
+            record = {"version": migration.version, "name": migration.name}
+            conn.execute(sqlfiles.get("migrate", "record"), {**record, "sha256": migration.sha256})
 
 
 def _definitions_beside(directory: Path, given: Path | None) -> Path | None:

@@ -4,9 +4,8 @@ HTTP status of every error (400 bad input, 404 unknown model or key, 503 databas
 parse_search maps the JSON to the planner's SearchRequest (search/planner.py), whose plan
 plan.execute runs on the pool as the Client runs it: a connection is borrowed for each statement,
 never held while a model loads or a query is encoded, and one found dead is replaced and the
-statement run again. Queries are encoded by the
-light encoder where it reproduces the model (encode/light.py: the same vectors, without
-sentence-transformers' per-call work).
+statement run again. Queries are encoded by the light encoder where it reproduces the model
+(encode/light.py: the same vectors, without sentence-transformers' per-call work).
 `warm` loads the models before the server takes requests, so the first request is as fast as
 the others.
 """

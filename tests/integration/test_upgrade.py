@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgembed import db, migrate
+from pgembed import db, migrate, sqlfiles
 from pgembed.errors import SchemaError
 from pgembed.lifecycle import models
 from pgembed.sync import worker
@@ -20,18 +20,9 @@ from schema_helpers import describe
 
 LONG_REVIEWS = Path(__file__).parent.parent / "data" / "imdb-long-reviews.csv"
 
-# The grants release 0012's `migrate --create-roles` made (its pgembed/sql/roles.sql).
+# The grants release 0012's `migrate --create-roles` made (its pgembed/sql/roles.sql; the roles
+# themselves are made as they still are, by roles.sql's `create`).
 _GRANTS_0012 = """
-DO $do$
-BEGIN
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'pgembed_daemon') THEN
-        CREATE ROLE pgembed_daemon NOLOGIN;
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'pgembed_reader') THEN
-        CREATE ROLE pgembed_reader NOLOGIN;
-    END IF;
-END
-$do$;
 GRANT USAGE ON SCHEMA pgembed TO pgembed_daemon;
 GRANT SELECT ON pgembed.migrations, pgembed.models, pgembed.model_versions TO pgembed_daemon;
 GRANT SELECT, INSERT, UPDATE, DELETE ON pgembed.queue, pgembed.inbox, pgembed.failures,
@@ -93,6 +84,7 @@ def database_0012(empty_db_url: str, tmp_path: Path) -> str:
     with db.connection(empty_db_url) as conn:
         migrate.migrate(conn, _release_0012(tmp_path))
         assert conn.execute("SELECT to_regclass('pgembed.definitions')").fetchone() == (None,)
+        conn.execute(sqlfiles.get("roles", "create"))
         conn.execute(_GRANTS_0012.encode())
         conn.execute("CREATE TABLE reviews (id integer PRIMARY KEY, body text NOT NULL)")
         reviews = _long_reviews(12)
