@@ -3,8 +3,8 @@
 Searches run the same plans as `pgembed.Client` (search/planner.py) on `psycopg.AsyncConnection`s
 from an `AsyncConnectionPool`. Everything that would block the event loop runs in a thread
 (`asyncio.to_thread`): loading a model and encoding, the first connection check, and the
-administrative calls (migrate_schema, add_model, sync_once, status), which reuse the synchronous
-implementations of pgembed.api.
+administrative calls (migrate_schema, add_model, alter_model, sync_once, status), which reuse the
+synchronous implementations of pgembed.api.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, TypeVar, Unpack, cast
 from psycopg_pool import AsyncConnectionPool
 
 from pgembed import api, db, defaults, locate
-from pgembed.api import ModelOptions, SyncResult
+from pgembed.api import AlterOptions, ModelOptions, SyncResult
 from pgembed.catalog.registry import ModelSpec
 from pgembed.client import check_database, encode, require_texts
 from pgembed.encode.embedder import Vectors
@@ -110,6 +110,13 @@ class AsyncClient:
         url = await self._resolved_url()
         add = functools.partial(api.add_model, name, table, column, database_url=url, **options)
         return await asyncio.to_thread(add)
+
+    async def alter_model(self, name: str, **options: Unpack[AlterOptions]) -> ModelSpec:
+        """`pgembed.alter_model` on this client's database, in a thread (it loads the model and
+        reindexes)."""
+        url = await self._resolved_url()
+        alter = functools.partial(api.alter_model, name, database_url=url, **options)
+        return await asyncio.to_thread(alter)
 
     async def sync_once(self, models: str | Sequence[str] | None = None) -> SyncResult:
         """`pgembed.sync_once` on this client's database, in a thread (it encodes)."""

@@ -1,7 +1,8 @@
-"""The public functions: install the schema, register a model, sync once, report status.
+"""The public functions: install the schema, register or alter a model, sync once, report status.
 
-They do what `pgembed migrate`, `pgembed model add`, `pgembed sync --once` and
-`pgembed status --json` do, through the same internals; `pgembed.Client` and
+They do what `pgembed migrate`, `pgembed model add`, `pgembed model alter`, `pgembed sync --once`
+and `pgembed status --json` do, through the same internals, with a keyword for every option of
+those commands (tests/unit/test_api_options.py compares them); `pgembed.Client` and
 `pgembed.AsyncClient` offer them as methods. `database_url=None` resolves like the CLI.
 
 (`migrate_schema`, not `migrate`: `pgembed.migrate` is the module that applies the migrations.)
@@ -20,7 +21,9 @@ from pgembed import db, defaults, locate, migrate
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import hardware
-from pgembed.errors import UsageError
+from pgembed.errors import PgembedError, UsageError
+from pgembed.lifecycle import backfill as lifecycle_backfill
+from pgembed.lifecycle import indexbuild, reindex
 from pgembed.lifecycle import models as lifecycle
 from pgembed.lifecycle import status as lifecycle_status
 from pgembed.search import plan
@@ -49,7 +52,31 @@ class ModelOptions(TypedDict, total=False):
     document_prefix: str
     fulltext: bool
     precision: str
+    long_texts: str
+    backfill: bool
     exist_ok: bool
+
+
+class AlterOptions(TypedDict, total=False):
+    """`alter_model`'s keyword arguments, for the clients' methods of that name."""
+
+    model: str | None
+    pooling: str | None
+    normalize: bool | None
+    max_seq_length: int | None
+    query_prefix: str | None
+    document_prefix: str | None
+    precision: str | None
+    long_texts: str | None
+    hnsw_m: int | None
+    hnsw_ef_construction: int | None
+    wait: bool
+    claim_size: int
+    lease_seconds: float
+    max_attempts: int
+    device: str
+    maintenance_work_mem: str
+    parallel_workers: int
 
 
 def migrate_schema(database_url: str | None = None) -> list[str]:
@@ -75,12 +102,18 @@ def add_model(
     document_prefix: str = "",
     fulltext: bool = False,
     precision: str = "auto",
+    long_texts: str = "truncate",
+    backfill: bool = False,
     exist_ok: bool = False,
     database_url: str | None = None,
 ) -> ModelSpec:
     """Register model `name` on `table`'s text `column` (or several, embedded together, joined by
     a newline) and queue its rows (`pgembed model add`);
     `sync_once` (or a running `pgembed sync`) embeds them.
+
+    `long_texts="chunk"` embeds every window of a long text (README: Long texts). With
+    `backfill`, the existing rows are embedded in this call, in this thread, then the HNSW index
+    is built over them (`model add --backfill`).
 
     With `exist_ok`, a model of this name that watches the same column with the same settings is
     returned as it is, so an application may call this at every start; one that differs is a
@@ -99,14 +132,23 @@ def add_model(
         document_prefix=document_prefix,
         fulltext=fulltext,
         precision=precision,
+        long_texts=long_texts,
+        index=not backfill,
     )
-    with connection(database_url) as conn:
+    url = locate.resolve_url(database_url)
+    with connection(url) as conn:
         if exist_ok and registry.exists(conn, name):
             spec = _same_model(registry.get(conn, name), request)
             if fulltext:  # asked for now, perhaps not when it was added: build it if missing
                 lifecycle.add_fulltext_index(conn, name)
             return spec
-        return lifecycle.add(conn, request)[0]
+        spec = lifecycle.add(conn, request)[0]
+    if backfill:
+        options = reindex.Options(
+            claim_size=defaults.BACKFILL_CLAIM_SIZE, device=hardware.resolve_device("auto")
+        )
+        _finished(lifecycle_backfill.Backfill(url, spec.name, options).run(), "backfill", name)
+    return spec
 
 
 def _same_model(spec: ModelSpec, request: lifecycle.AddRequest) -> ModelSpec:
@@ -127,6 +169,7 @@ def _same_model(spec: ModelSpec, request: lifecycle.AddRequest) -> ModelSpec:
             None if request.precision == "auto" else request.precision,
             spec.precision_requested,
         ),
+        ("long_texts", request.long_texts, spec.long_texts),
     ]
     differ = [
         f"{name} {have!r}, not {want!r}" for name, want, have in pairs if want not in (None, have)
@@ -136,6 +179,73 @@ def _same_model(spec: ModelSpec, request: lifecycle.AddRequest) -> ModelSpec:
             f"model {spec.name!r} already exists with {'; '.join(differ)}: pick another name, or "
             "change it with `pgembed model alter`"
         )
+    return spec
+
+
+def alter_model(
+    name: str,
+    *,
+    model: str | None = None,
+    pooling: str | None = None,
+    normalize: bool | None = None,
+    max_seq_length: int | None = None,
+    query_prefix: str | None = None,
+    document_prefix: str | None = None,
+    precision: str | None = None,
+    long_texts: str | None = None,
+    hnsw_m: int | None = None,
+    hnsw_ef_construction: int | None = None,
+    wait: bool = True,
+    claim_size: int = defaults.REINDEX_CLAIM_SIZE,
+    lease_seconds: float = defaults.LEASE_SECONDS,
+    max_attempts: int = defaults.MAX_ATTEMPTS,
+    device: str = "auto",
+    maintenance_work_mem: str = defaults.MAINTENANCE_WORK_MEM,
+    parallel_workers: int = defaults.PARALLEL_MAINTENANCE_WORKERS,
+    database_url: str | None = None,
+) -> ModelSpec:
+    """Record new settings as the next version of model `name` and reindex online into them
+    (`pgembed model alter`); None keeps a setting. Returns the model as switched in, or with
+    `wait=False` the registered version (its shadow), which `pgembed reindex` or a running
+    `pgembed sync` fills. A change of `precision` alone changes no vector: no reindex.
+
+    The reindex embeds in this thread (`claim_size`, `lease_seconds`, `max_attempts`, `device`
+    as `pgembed sync`'s) and builds the index with `maintenance_work_mem` and
+    `parallel_workers` maintenance workers.
+    """
+    change = reindex.Change(
+        model_ref=model,
+        pooling=pooling,
+        normalize=normalize,
+        max_seq_length=max_seq_length,
+        query_prefix=query_prefix,
+        document_prefix=document_prefix,
+        hnsw_m=hnsw_m,
+        hnsw_ef_construction=hnsw_ef_construction,
+        precision=precision,
+        long_texts=long_texts,
+    )
+    url = locate.resolve_url(database_url)
+    with connection(url) as conn:
+        if precision is not None and change.precision_only():
+            return lifecycle.alter_precision(conn, name, precision)
+        shadow = reindex.begin(conn, name, change)[0]
+    if not wait:
+        return shadow
+    options = reindex.Options(
+        claim_size=claim_size,
+        lease_seconds=lease_seconds,
+        max_attempts=max_attempts,
+        build=indexbuild.BuildSettings(maintenance_work_mem, parallel_workers),
+        device=hardware.resolve_device(device),
+    )
+    return _finished(reindex.Reindex(url, name, options).run(), "reindex", name)
+
+
+def _finished(spec: ModelSpec | None, what: str, name: str) -> ModelSpec:
+    """A fill's result; None only when it was stopped, which nothing here does."""
+    if spec is None:
+        raise PgembedError(f"the {what} of {name!r} stopped before it finished")
     return spec
 
 

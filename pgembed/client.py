@@ -17,7 +17,7 @@ from typing import Any, TypeVar, Unpack, cast
 from psycopg_pool import ConnectionPool
 
 from pgembed import api, db, defaults, locate, migrate
-from pgembed.api import ModelOptions, SyncResult
+from pgembed.api import AlterOptions, ModelOptions, SyncResult
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.encode.embedder import Vectors
@@ -105,6 +105,10 @@ class Client:
     ) -> ModelSpec:
         """`pgembed.add_model` on this Client's database."""
         return api.add_model(name, table, column, database_url=self.url, **options)
+
+    def alter_model(self, name: str, **options: Unpack[AlterOptions]) -> ModelSpec:
+        """`pgembed.alter_model` on this Client's database."""
+        return api.alter_model(name, database_url=self.url, **options)
 
     def sync_once(self, models: str | Sequence[str] | None = None) -> SyncResult:
         """`pgembed.sync_once` on this Client's database."""

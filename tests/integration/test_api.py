@@ -86,6 +86,49 @@ def test_migrate_add_sync_and_status_as_functions(empty_db_url: str) -> None:
         assert [h.key for h in client.search("notes", "apple pie", k=1)] == [7]
 
 
+def test_add_and_alter_take_every_option_of_the_cli(db_url: str) -> None:
+    # long_texts and backfill (model add's --long-texts, --backfill), then alter_model.
+    long_text = " ".join(f"word{i} battery charger screen" for i in range(150))  # > 1 window
+    with db.connection(db_url) as conn:
+        conn.execute("CREATE TABLE notes (id bigint PRIMARY KEY, body text)")
+        conn.cursor().executemany("INSERT INTO notes VALUES (%s, %s)", [*REVIEWS, (99, long_text)])
+    spec = pgembed.add_model(
+        "notes",
+        "notes",
+        "body",
+        precision="fp32",
+        long_texts="chunk",
+        backfill=True,
+        database_url=db_url,
+    )
+    assert spec.chunked
+    [report] = pgembed.status(db_url)
+    # Embedded in the call itself (no sync), then its index built over the rows.
+    assert (report["rows_embedded"], report["queued"], report["index"]) == (
+        len(REVIEWS) + 1,
+        0,
+        "built",
+    )
+    with db.connection(db_url) as conn:
+        row = conn.execute("SELECT count(*) FROM pgembed_notes_chunks WHERE key = '99'").fetchone()
+        assert row is not None and row[0] >= 1  # the long text's later windows
+    with pytest.raises(pgembed.UsageError, match="long_texts 'chunk', not 'truncate'"):
+        pgembed.add_model("notes", "notes", "body", exist_ok=True, database_url=db_url)
+
+    shadow = pgembed.alter_model("notes", long_texts="truncate", wait=False, database_url=db_url)
+    assert (shadow.shadow_of, shadow.version, shadow.chunked) == ("notes", 2, False)
+    with (
+        pgembed.Client(db_url) as client,
+        pytest.raises(pgembed.UsageError, match="already has a reindex"),
+    ):
+        client.alter_model("notes", hnsw_m=8)  # the Client's method, on the same database
+    cli("--database-url", db_url, "reindex", "notes")
+    altered = pgembed.alter_model("notes", hnsw_m=8, claim_size=16, database_url=db_url)
+    assert (altered.version, altered.hnsw_m, altered.chunked) == (3, 8, False)
+    with pgembed.Client(db_url) as client:
+        assert client.search("notes", "apples", k=1)[0].key == 3
+
+
 def test_the_same_as_client_methods(shop_url: str) -> None:
     with pgembed.Client(shop_url) as client:
         assert client.migrate_schema() == []

@@ -17,6 +17,7 @@ def test_the_public_names_are_exported() -> None:
         "ModelSpec",
         "SyncResult",
         "add_model",
+        "alter_model",
         "migrate_schema",
         "status",
         "sync_once",
@@ -40,7 +41,7 @@ def test_the_errors_are_the_ones_pgembed_raises() -> None:
 
 def test_the_async_client_has_the_clients_methods_as_coroutines() -> None:
     methods = ["search", "similar", "hybrid_search", "embed"]
-    methods += ["migrate_schema", "add_model", "sync_once", "status", "close"]
+    methods += ["migrate_schema", "add_model", "alter_model", "sync_once", "status", "close"]
     for name in methods:
         sync, async_ = getattr(pgembed.Client, name), getattr(pgembed.AsyncClient, name)
         assert inspect.iscoroutinefunction(async_), name
