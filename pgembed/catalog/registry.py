@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -82,6 +83,8 @@ _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM pgembed.models"
 # own connections. BY_NAME: one model (parameter: its name); ALL: every model, by name.
 BY_NAME = _SELECT + " WHERE name = %s"
 ALL = _SELECT + " ORDER BY name"
+# The names a user may mean when BY_NAME found nothing (a reindex's shadow is no model of theirs).
+NAMES = "SELECT name FROM pgembed.models WHERE shadow_of IS NULL ORDER BY name"
 
 
 def from_row(row: Mapping[str, Any]) -> ModelSpec:
@@ -89,17 +92,36 @@ def from_row(row: Mapping[str, Any]) -> ModelSpec:
     return ModelSpec(**{**row, "text_columns": tuple(row["text_columns"])})
 
 
-def found(name: str, row: Mapping[str, Any] | None) -> ModelSpec:
-    """The spec of BY_NAME's row, or the error that says the model does not exist."""
+def found(name: str, row: Mapping[str, Any] | None, names: Iterable[str] = ()) -> ModelSpec:
+    """The spec of BY_NAME's row, or the error that says the model does not exist (with the
+    catalog's `names`, NAMES' rows, it suggests the ones `name` may be a typo of)."""
     if row is None:
-        raise NotFoundError(f"unknown model {name!r}: see `pgembed model list`")
+        raise unknown(name, names)
     return from_row(row)
+
+
+def unknown(
+    name: str, names: Iterable[str], known: str = "see `pgembed model list`"
+) -> NotFoundError:
+    """The error for a model name that is not one of `names`: "did you mean" the close ones
+    (difflib, ignoring case), then `known`, where to find the names."""
+    by_lower = {n.lower(): n for n in names}
+    close = difflib.get_close_matches(str(name).lower(), list(by_lower), n=3, cutoff=0.6)
+    if not close:
+        return NotFoundError(f"unknown model {name!r}: {known}")
+    options = " or ".join(repr(by_lower[c]) for c in close)
+    return NotFoundError(f"unknown model {name!r}: did you mean {options}? ({known})")
+
+
+def names(conn: psycopg.Connection) -> list[str]:
+    """The models' names (NAMES): what a mistyped name is compared with."""
+    return [row[0] for row in conn.execute(NAMES)]
 
 
 def get(conn: psycopg.Connection, name: str) -> ModelSpec:
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(BY_NAME, (name,)).fetchone()
-    return found(name, row)
+    return found(name, row, names(conn) if row is None else ())
 
 
 def all_models(conn: psycopg.Connection) -> list[ModelSpec]:

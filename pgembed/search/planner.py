@@ -157,7 +157,10 @@ def plan_for(spec: ModelSpec, request: SearchRequest) -> Plan[list[Hit] | list[H
 def spec_plan(name: str) -> Plan[ModelSpec]:
     """The model's catalog row (NotFoundError if there is none)."""
     rows = yield Fetch(registry.BY_NAME, (name,), as_dicts=True)
-    return registry.found(name, rows[0] if rows else None)
+    if rows:
+        return registry.from_row(rows[0])
+    known = yield Fetch(registry.NAMES)  # for "did you mean"
+    raise registry.unknown(name, [row[0] for row in known])
 
 
 def _nearest_plan(spec: ModelSpec, vector: Vectors, request: SearchRequest) -> Plan[list[Hit]]:

@@ -217,9 +217,7 @@ class Api:
 
     def _require_served(self, name: str) -> None:
         if self._only and name not in self._only:
-            raise NotFoundError(
-                f"unknown model {name!r}: this server serves {', '.join(self._only)}"
-            )
+            raise registry.unknown(name, self._only, f"this server serves {', '.join(self._only)}")
 
 
 def _servable(conn: psycopg.Connection) -> list[ModelSpec]:

@@ -129,6 +129,26 @@ def test_add_and_alter_take_every_option_of_the_cli(db_url: str) -> None:
         assert client.search("notes", "apples", k=1)[0].key == 3
 
 
+def test_a_mistyped_model_gets_did_you_mean_everywhere(shop_url: str) -> None:
+    hint = "unknown model 'minlm': did you mean 'minilm'? (see `pgembed model list`)"
+    with pgembed.Client(shop_url) as client:  # the planner's lookup
+        with pytest.raises(pgembed.NotFoundError) as found:
+            client.search("minlm", "battery")
+        assert str(found.value) == hint
+        with pytest.raises(pgembed.NotFoundError, match="did you mean 'minilm'"):
+            client.embed("minlm", ["battery"])
+    with pytest.raises(pgembed.NotFoundError, match="did you mean 'minilm'"):
+        pgembed.sync_once("minlm", shop_url)  # the catalog's own lookup (registry.get)
+    for args in (
+        ["query", "battery", "--model", "minlm"],
+        ["sync", "--once", "--model", "minlm"],
+        ["model", "remove", "minlm"],
+        ["model", "alter", "minlm", "--pooling", "cls"],
+    ):
+        result = cli("--database-url", shop_url, *args)
+        assert (result.exit_code, result.output.strip()) == (1, f"pgembed: error: {hint}"), args
+
+
 def test_the_same_as_client_methods(shop_url: str) -> None:
     with pgembed.Client(shop_url) as client:
         assert client.migrate_schema() == []

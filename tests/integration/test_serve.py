@@ -177,6 +177,7 @@ BAD_REQUESTS: list[tuple[object, int, str]] = [
     ({"text": "x", "model": "minilm", "top_k": 3}, 400, "unknown field 'top_k'"),
     (["battery"], 400, "the body must be a JSON object"),
     ({"text": "x", "model": "nope"}, 404, "unknown model 'nope'"),
+    ({"text": "x", "model": "minlm"}, 404, "unknown model 'minlm': did you mean 'minilm'?"),
     ({"similar_to": 99999, "model": "minilm"}, 404, "has no row with id"),
 ]
 
