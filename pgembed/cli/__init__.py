@@ -1,7 +1,7 @@
 """The `pgembed` command line: thin click commands, one module per command group; the work
 happens in the packages they call."""
 
-from pgembed.cli import data, db, demo, model, quality, query, reindex, serve, status, sync
+from pgembed.cli import data, db, demo, embed, model, quality, query, reindex, serve, status, sync
 from pgembed.cli.app import App, main
 
 for _command in (
@@ -9,6 +9,7 @@ for _command in (
     model.model_group,
     sync.sync_cmd,
     query.query_cmd,
+    embed.embed_cmd,
     status.status_cmd,
     sync.retry_cmd,
     demo.demo_cmd,

@@ -154,6 +154,15 @@ def plan_for(spec: ModelSpec, request: SearchRequest) -> Plan[list[Hit] | list[H
     return (yield from _query_plan(spec, request))
 
 
+def embed_plan(model: str, text: str) -> Plan[Vectors]:
+    """The query vector of `text` with every setting of model `model` (its query prefix, pooling,
+    normalisation): the vector a search of `text` compares the rows with (`pgembed embed`)."""
+    require_text(text)
+    spec = yield from spec_plan(model)
+    vector: Vectors = yield Embed(spec, text)
+    return vector
+
+
 def spec_plan(name: str) -> Plan[ModelSpec]:
     """The model's catalog row (NotFoundError if there is none)."""
     rows = yield Fetch(registry.BY_NAME, (name,), as_dicts=True)
