@@ -17,6 +17,7 @@ from pgembed import db, migrate, samples
 from pgembed.catalog import registry
 from pgembed.cli.app import App, pass_app
 from pgembed.cli.progress import progress_bar
+from pgembed.embedded import server
 from pgembed.errors import UsageError
 from pgembed.lifecycle import models
 from pgembed.search import planner
@@ -38,27 +39,51 @@ QUERIES = (
 @pass_app
 def demo_cmd(app: App, reset: bool) -> None:
     """Embed sample reviews (pgembed_demo.reviews) with two poolings and compare their answers."""
-    (reset_demo if reset else run)(app.url, click.echo)
+    if reset:
+        reset_demo(app.url, click.echo)
+    else:
+        run(app.url, click.echo, where=location(app.explicit_url))
 
 
-def run(url: str, echo: Callable[[str], None]) -> None:
+def location(explicit_url: str | None) -> str:
+    """Where the demo's rows live, for a second run that finds them there: the database given,
+    or the embedded one, which every clone and project of this OS user shares by default."""
+    if explicit_url is not None:
+        return "this database"
+    return (
+        f"the embedded database in {server.data_dir()}, which every clone and project of this "
+        "OS user shares (PGEMBED_HOME=$PWD/.pgembed gives a project its own: README, "
+        '"Where the embedded database lives")'
+    )
+
+
+def run(url: str, echo: Callable[[str], None], where: str = "this database") -> None:
     with db.connection(url) as conn:
         for migration in migrate.migrate(conn):
             echo(f"applied migration {migration.filename}")
     with db.connection(url) as conn:  # reconnect: pgvector's types exist now
         _refuse_foreign_models(conn)
         inserted = samples.load(conn, SCHEMA, TABLE)
-        echo(f"{SCHEMA}.{TABLE}: {inserted} sample rows inserted")
+        if inserted:
+            echo(f"{SCHEMA}.{TABLE}: {inserted} sample rows inserted")
+        else:
+            echo(
+                f"{SCHEMA}.{TABLE}: the sample rows are already there: an earlier `pgembed demo` "
+                f"put them in {where}"
+            )
         for name, pooling in MODELS:
             if not registry.exists(conn, name):
                 request = models.AddRequest(name, f"{SCHEMA}.{TABLE}", "text", pooling=pooling)
                 models.add(conn, request)
                 echo(f"added model {name} (all-MiniLM-L6-v2, {pooling} pooling)")
         total = store.queued_count(conn, [name for name, _ in MODELS])
-    with progress_bar(total, "embedding") as advance:
-        options = worker.Options(models=tuple(n for n, _ in MODELS), once=True)
-        stats = worker.Worker(url, options, on_progress=lambda _m, n: advance(n)).run()
-    echo(f"synced: {stats.written} vectors written\n")
+    if total == 0:
+        echo("synced: every sample row already has both models' vectors\n")
+    else:
+        with progress_bar(total, "embedding") as advance:
+            options = worker.Options(models=tuple(n for n, _ in MODELS), once=True)
+            stats = worker.Worker(url, options, on_progress=lambda _m, n: advance(n)).run()
+        echo(f"synced: {stats.written} vectors written\n")
     with db.connection(url) as conn:
         specs = [registry.get(conn, name) for name, _ in MODELS]
         for text in QUERIES:

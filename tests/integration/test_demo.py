@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import psycopg
+import pytest
 
 from helpers import cli
 from pgembed import db
+from pgembed.cli import demo
 
 DEMO_COUNTS = (
     "SELECT count(*), count(embedding_demo_mean), count(embedding_demo_cls) "
@@ -22,7 +25,14 @@ def test_demo_runs_is_safe_to_run_twice_and_its_data_searches_well(db_url: str) 
     assert "demo_mean (mean pooling)" in first.output and "demo_cls (CLS pooling)" in first.output
     second = cli("--database-url", db_url, "demo")
     assert second.exit_code == 0, second.output
-    assert "0 sample rows inserted" in second.output
+    # A second run (a second clone on the shared embedded database) says why nothing is new.
+    assert "0 sample rows inserted" not in second.output
+    assert "0 vectors written" not in second.output
+    assert (
+        "pgembed_demo.reviews: the sample rows are already there: an earlier `pgembed demo` put "
+        "them in this database\n"
+    ) in second.output
+    assert "synced: every sample row already has both models' vectors" in second.output
     assert "added model" not in second.output
     with db.connection(db_url) as conn:
         assert conn.execute(DEMO_COUNTS).fetchone() == (324, 324, 324)
@@ -85,3 +95,13 @@ def test_demo_refuses_to_touch_a_users_model_of_its_name(
         assert result.exit_code == 2, result.output
         assert "model demo_mean belongs to public.notes, not the demo" in result.output
     assert conn.execute("SELECT count(*) FROM pgembed.models").fetchone() == (1,)
+
+
+def test_the_embedded_database_is_named_with_how_to_keep_one_per_project(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PGEMBED_HOME", str(tmp_path))
+    where = demo.location(None)  # no URL: the embedded server's
+    assert where.startswith(f"the embedded database in {tmp_path / 'pgdata'}, which every clone")
+    assert "PGEMBED_HOME=$PWD/.pgembed gives a project its own" in where
+    assert demo.location("postgresql://app@db/shop") == "this database"
