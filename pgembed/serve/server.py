@@ -19,7 +19,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -180,7 +180,15 @@ class SearchServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, api: Api, host: str = "127.0.0.1", port: int = 8765) -> None:
+    def __init__(
+        self,
+        api: Api,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        allowed_hosts: Sequence[str] = (),
+    ) -> None:
+        """`allowed_hosts`: Host names answered besides the loopback ones; given, the Host check
+        applies on any address (a container binds 0.0.0.0 to be published on 127.0.0.1)."""
         self.api = api
         if ":" in host:
             self.address_family = socket.AF_INET6
@@ -189,8 +197,10 @@ class SearchServer(ThreadingHTTPServer):
         self._idle = threading.Condition()
         bound = str(self.server_address[0])
         self._hosts: frozenset[str] | None = None  # None: any Host (not bound to a loopback)
+        names = tuple(allowed_hosts)
         if _is_loopback(host) or _is_loopback(bound):
-            names = (*_LOOPBACK_NAMES, host, bound)
+            names = (*_LOOPBACK_NAMES, host, bound, *names)
+        if names:
             self._hosts = frozenset(
                 f"[{n.lower()}]" if ":" in n and not n.startswith("[") else n.lower() for n in names
             )

@@ -397,6 +397,37 @@ def test_a_foreign_host_is_421(server: SearchServer) -> None:
     assert call(f"{server.url}/search", {"text": "x", "model": "minilm", "k": 1})[0] == 200
 
 
+def status_for_host(server: SearchServer, host: str) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=TIMEOUT)
+    try:
+        conn.request("GET", "/healthz", headers={"Host": host})
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
+
+
+def test_allowed_hosts_keep_the_check_on_any_address(shop_url: str) -> None:
+    """Compose's `serve --host 0.0.0.0 --allow-host localhost ...`: bound to every interface (so
+    the published port reaches it), it still refuses a rebound name."""
+    api = Api(shop_url)
+    checked = SearchServer(api, "0.0.0.0", 0, allowed_hosts=("localhost", "127.0.0.1", "serve"))
+    open_to_all = SearchServer(api, "0.0.0.0", 0)
+    for served in (checked, open_to_all):
+        served.start()
+    try:
+        for host in ("localhost", f"localhost:{checked.port}", "127.0.0.1:8765", "serve:8765"):
+            assert status_for_host(checked, host) == 200, host
+        for host in ("evil.example", f"evil.example:{checked.port}", "[::1]x"):
+            assert status_for_host(checked, host) == 421, host
+        assert status_for_host(open_to_all, "evil.example") == 200  # no list: no check
+    finally:
+        for served in (checked, open_to_all):
+            served.stop()
+        api.close()
+
+
 def test_no_connection_is_held_while_a_query_is_encoded(
     shop_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
