@@ -1,5 +1,6 @@
 """`pgembed serve`'s HTTP API, in-process on a free port, through a real HTTP client (urllib):
-the hits equal search/planner's for the same request; every error is a status and one line."""
+the hits equal search/planner's for the same request; every error is a status and one line.
+(tests/integration/test_serve_load.py runs `pgembed serve` as a process under many clients.)"""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from helpers import REVIEWS, database_name, with_database
 from pgembed import db
 from pgembed.catalog import registry
 from pgembed.lifecycle import models
-from pgembed.search import plan, planner, vectors
+from pgembed.search import planner, vectors
 from pgembed.serve import api as serve_api
 from pgembed.serve.api import Api
 from pgembed.serve.server import SearchServer
@@ -35,7 +36,8 @@ TIMEOUT = 60  # seconds for any one request
 def call(url: str, body: object = None, *, raw: bytes | None = None) -> tuple[int, Any]:
     """GET (no body) or POST (JSON `body`, or `raw` bytes): the status and the decoded JSON."""
     data = raw if raw is not None else None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data)
+    headers = {} if data is None else {"Content-Type": "application/json"}
+    request = urllib.request.Request(url, data=data, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
             status, payload, kind = response.status, response.read(), response.headers
@@ -58,7 +60,6 @@ def server(shop_url: str) -> Iterator[SearchServer]:
         yield served
     finally:
         served.stop()
-        api.close()
 
 
 @pytest.fixture
@@ -213,16 +214,18 @@ def test_errors_outside_search_are_json_too(server: SearchServer) -> None:
     finally:
         big.close()
     other = http.client.HTTPConnection("127.0.0.1", server.port, timeout=TIMEOUT)
-    try:  # http.server's own errors: a method it has no handler for
+    try:  # a method no route has
         other.request("PUT", "/search", b"{}")
         response = other.getresponse()
-        assert response.status == 501 and "error" in json.loads(response.read())
+        assert response.status == 405 and "error" in json.loads(response.read())
     finally:
         other.close()
     with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as raw:
-        raw.sendall(b"GET / HTTP/1.x\r\n\r\n")  # a malformed request line
-        reply = raw.makefile("rb").read()  # (its answer is HTTP/0.9-style: the body alone)
-    assert json.loads(reply[reply.index(b"{") :]) == {"error": "Bad request version ('HTTP/1.x')"}
+        raw.sendall(b"GET / HTTP/1.x\r\n\r\n")  # a malformed request line: the HTTP parser's
+        reply = raw.makefile("rb").read()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head
+    assert set(json.loads(body)) == {"error"}
     # the server is still well after all of it
     assert call(f"{url}/search", {"text": "x", "model": "minilm", "k": 1})[0] == 200
 
@@ -324,10 +327,11 @@ def test_search_page_posts_its_fields_side_by_side(server: SearchServer, shop_ur
     assert status == 200 and "<title>pgembed search</title>" in html
     form = Form()
     form.feed(html)
-    assert form.external == []  # no external script, style, font or image
+    # no external script, style, font or image (the icon is the server's own /favicon.svg)
+    assert form.external == ["/favicon.svg"]
     assert "<script src" not in html and "@import" not in html and "url(" not in html
     assert (form.action, form.method) == ("/search", "post")
-    assert set(form.fields) == {"text", "model", "compare", "filter", "k"}
+    assert set(form.fields) == {"text", "model", "compare", "filter", "k", "similar_to"}
     assert form.options["model"] == ["minilm", "notes_cls"]
     assert form.options["compare"] == ["", "minilm", "notes_cls"]
     assert (form.fields["model"], form.fields["compare"]) == ("minilm", "notes_cls")
@@ -363,7 +367,7 @@ def test_one_keep_alive_connection_through_errors(server: SearchServer) -> None:
             ("POST", "/nope", b"{}", 404),
             ("POST", "/search", good, 200),
         ]:
-            conn.request(method, path, body)
+            conn.request(method, path, body, {"Content-Type": "application/json"})
             response = conn.getresponse()
             answer = json.loads(response.read())
             assert response.status == status, answer
@@ -403,21 +407,21 @@ def test_no_connection_is_held_while_a_query_is_encoded(
     free for other requests; `stop` waits for the search in flight."""
     monkeypatch.setattr(serve_api, "POOL_SIZE", 1)
     encoding, release = threading.Event(), threading.Event()
-    real = vectors.embed_query
+    real = vectors.embed_queries
 
-    def slow(spec: registry.ModelSpec, text: str) -> Any:
+    def slow(settings: Any, texts: list[str]) -> Any:
         encoding.set()
         release.wait(TIMEOUT)
-        return real(spec, text)
+        return real(settings, texts)
 
-    monkeypatch.setattr(plan, "embed_query", slow)
+    monkeypatch.setattr(vectors, "embed_queries", slow)  # the batcher's encode (in a thread)
     api = Api(shop_url)
     api.acquire_timeout = 2.0
     served = SearchServer(api, "127.0.0.1", 0)
     served.start()
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
-            body = {"text": "battery", "model": "minilm", "k": 2}
+            body = {"text": "a battery not in the query cache", "model": "minilm", "k": 2}
             searching = pool.submit(call, f"{served.url}/search", body)
             assert encoding.wait(TIMEOUT)
             assert call(f"{served.url}/healthz")[0] == 200
@@ -431,5 +435,4 @@ def test_no_connection_is_held_while_a_query_is_encoded(
         assert status == 200 and len(answer["hits"]) == 2
     finally:
         release.set()
-        served.server_close()
-        api.close()
+        served.stop()
