@@ -150,9 +150,13 @@ def _require_json_from_here(request: Request) -> None:
         raise ApiError(
             415, "send the body as Content-Type: application/json (curl --json '{\"text\": ...}')"
         )
+    # A browser that sends Sec-Fetch-Site says where the request comes from, behind a reverse
+    # proxy too (whose Host is localhost); an older one is judged by its Origin.
     site = request.headers.get("sec-fetch-site")
-    if site is not None and site not in ("same-origin", "none"):
-        raise ApiError(403, f"a {site} request from a web page is refused (Sec-Fetch-Site)")
+    if site is not None:
+        if site not in ("same-origin", "none"):
+            raise ApiError(403, f"a {site} request from a web page is refused (Sec-Fetch-Site)")
+        return
     origin = request.headers.get("origin")
     if origin is not None and origin.partition("://")[2] != request.headers.get("host", ""):
         raise ApiError(403, f"a request from another origin ({origin}) is refused")

@@ -14,6 +14,7 @@ import asyncio
 import ipaddress
 import json
 import logging
+import os
 import socket
 import threading
 
@@ -68,7 +69,10 @@ class SearchServer:
     ) -> None:
         self.api = api
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._socket = socket.create_server((host, port), family=family, backlog=BACKLOG)
+        try:
+            self._socket = socket.create_server((host, port), family=family, backlog=BACKLOG)
+        except OSError as exc:  # its message names the address again: the errno's alone
+            raise OSError(exc.errno, os.strerror(exc.errno) if exc.errno else str(exc)) from None
         bound = str(self._socket.getsockname()[0])
         self._address = (bound, int(self._socket.getsockname()[1]))
         hosts: frozenset[str] | None = None  # None: any Host (not bound to a loopback)

@@ -151,13 +151,13 @@ def test_concurrent_queries_are_encoded_in_batches(shop_url: str, tmp_path: Path
     for text, (status, answer) in zip(texts, answers, strict=True):
         assert status == 200, answer
         got, expected = answer["hits"], want[text]
-        # a batch's vector is the single one to float rounding: the same hits, near-ties aside
+        # a batch vector is the single one to rounding (bf16 here): the same hits, near-ties aside
         assert [h["similarity"] for h in got] == pytest.approx(
-            [h.similarity for h in expected], abs=1e-4
+            [h.similarity for h in expected], abs=2e-3
         )
         assert (
             got[0]["key"] == expected[0].key
-            or abs(expected[0].similarity - expected[1].similarity) < 1e-4
+            or abs(expected[0].similarity - expected[1].similarity) < 2e-3
         )
 
 

@@ -9,6 +9,7 @@ import json
 import logging
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -436,3 +437,104 @@ def test_no_connection_is_held_while_a_query_is_encoded(
     finally:
         release.set()
         served.stop()
+
+
+def raw_request(port: int, head: bytes, body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+    """One request written by hand; the status, headers and body of the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
+        sock.sendall(head + body)
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        return response.status, dict(response.getheaders()), response.read()
+
+
+def test_a_short_body_a_lone_surrogate_and_a_filter_type_error(shop_url: str) -> None:
+    """Issue 26's: a body shorter than its Content-Length is a quick 408, not a 500 after 30 s;
+    a lone surrogate in any field is a 400, not a 500; a filter comparing a column with a value
+    of a type it has no operator for is a 400, not a 503 (the database is fine)."""
+    with db.connection(shop_url) as conn:
+        conn.execute("ALTER TABLE reviews ADD COLUMN meta json")
+    api = Api(shop_url)
+    served = SearchServer(api, "127.0.0.1", 0, body_seconds=1.0)
+    served.start()
+    try:
+        head = (
+            b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 50\r\n\r\n"
+        )
+        started = time.monotonic()
+        status, _, body = raw_request(served.port, head, b'{"text": "x"')
+        assert status == 408 and "Content-Length" in json.loads(body)["error"]
+        assert time.monotonic() - started < 10
+        url = f"{served.url}/search"
+        for payload in (
+            b'{"text": "battery", "model": "mini\\ud800lm"}',
+            b'{"similar_to": "\\udfff", "model": "minilm"}',
+            b'{"text": "battery", "model": "minilm", "filter": {"product": "\\ud800"}}',
+        ):
+            status, answer = call(url, raw=payload)
+            assert status == 400 and "lone surrogate" in answer["error"], answer
+        body = {"text": "battery", "model": "minilm", "filter": {"meta": {"a": 1}}}
+        status, answer = call(url, body)
+        assert status == 400 and "\n" not in answer["error"], answer
+        assert call(url, {"text": "battery", "model": "minilm", "k": 1})[0] == 200
+    finally:
+        served.stop()
+
+
+def test_only_json_from_the_same_origin_is_searched(server: SearchServer) -> None:
+    """A web page of another origin can POST text/plain or a form without asking the browser
+    first: refused, as is a request a browser marks cross-site."""
+    good = json.dumps({"text": "battery", "model": "minilm", "k": 1}).encode()
+    host = f"127.0.0.1:{server.port}"
+    base = f"POST /search HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(good)}\r\n"
+    for extra, status in [
+        ("Content-Type: text/plain\r\n", 415),
+        ("Content-Type: application/x-www-form-urlencoded\r\n", 415),
+        ("", 415),
+        ("Content-Type: application/json\r\nOrigin: http://evil.example\r\n", 403),
+        ("Content-Type: application/json\r\nSec-Fetch-Site: cross-site\r\n", 403),
+        (f"Content-Type: application/json\r\nOrigin: http://{host}\r\n", 200),
+        ("Content-Type: application/json; charset=utf-8\r\nSec-Fetch-Site: same-origin\r\n", 200),
+    ]:
+        got, _, body = raw_request(server.port, (base + extra + "\r\n").encode(), good)
+        assert got == status, (extra, body)
+
+
+def test_security_headers_favicon_metrics_and_rows(server: SearchServer) -> None:
+    status, headers, body = raw_request(server.port, b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert status == 200 and b"<title>pgembed search</title>" in body
+    csp = headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
+    assert "'unsafe-inline'" not in csp
+    assert headers["x-frame-options"] == "DENY"
+    assert headers["x-content-type-options"] == "nosniff"
+    assert headers["referrer-policy"] == "no-referrer"
+    status, headers, icon = raw_request(
+        server.port, b"GET /favicon.svg HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    )
+    assert status == 200 and headers["content-type"] == "image/svg+xml" and b"<svg" in icon
+    status, answer = call(f"{server.url}/metrics")
+    assert status == 200 and set(answer["batching"]) >= {"queries", "batches", "largest"}
+    status, answer = call(
+        f"{server.url}/search", {"text": "battery", "model": "minilm", "k": 3, "row": True}
+    )
+    assert status == 200 and len(answer["hits"]) == 3
+    for hit in answer["hits"]:  # the row's other columns: not the key, the text, the vectors
+        assert set(hit["row"]) == {"product", "category", "rating"}, hit
+
+
+def test_the_page_loads_while_the_database_is_down(server: SearchServer, shop_url: str) -> None:
+    name = database_name(shop_url)
+    admin = psycopg.connect(with_database(shop_url, "postgres"), autocommit=True)
+    try:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
+        )
+        status, html = call(f"{server.url}/")
+        assert status == 200 and "<title>pgembed search</title>" in html
+        assert 'id="down"' in html and "database unavailable" in html
+    finally:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        admin.close()
