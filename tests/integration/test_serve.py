@@ -474,8 +474,8 @@ def test_a_short_body_a_lone_surrogate_and_a_filter_type_error(shop_url: str) ->
         ):
             status, answer = call(url, raw=payload)
             assert status == 400 and "lone surrogate" in answer["error"], answer
-        body = {"text": "battery", "model": "minilm", "filter": {"meta": {"a": 1}}}
-        status, answer = call(url, body)
+        json_filter = {"text": "battery", "model": "minilm", "filter": {"meta": {"a": 1}}}
+        status, answer = call(url, json_filter)
         assert status == 400 and "\n" not in answer["error"], answer
         assert call(url, {"text": "battery", "model": "minilm", "k": 1})[0] == 200
     finally:
