@@ -87,6 +87,7 @@ class SearchServer:
             http=JsonH11Protocol,
             lifespan="on",
             log_config=None,  # pgembed's logging, one line per request (app.Guard)
+            log_level="warning",  # not uvicorn's own start and stop lines
             access_log=False,
             server_header=False,
             date_header=False,
