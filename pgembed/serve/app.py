@@ -108,7 +108,7 @@ def make_app(
         except Exception as exc:  # the page loads anyway and says why it has no models
             return Response(page.render([], None, status_of(exc)[1]), media_type="text/html")
         names = [spec.name for spec in specs]
-        default = page.default_model(specs, api.last_used)
+        default = page.default_model([(s.name, s.pooling) for s in specs], api.last_used)
         return Response(page.render(names, default), media_type="text/html")
 
     async def favicon(request: Request) -> Response:

@@ -25,7 +25,6 @@ import hashlib
 from collections.abc import Sequence
 from html import escape
 
-from pgembed.catalog.registry import ModelSpec
 from pgembed.search.planner import MAX_K
 
 _STYLE = """
@@ -293,15 +292,16 @@ _PAGE = """<!doctype html>
 """
 
 
-def default_model(specs: Sequence[ModelSpec], last_used: str | None) -> str | None:
-    """The model the page preselects (the URL's and the browser's own choice come first, in its
-    script): the one this server answered last, else the first not CLS-pooled, else the first."""
-    names = [spec.name for spec in specs]
+def default_model(models: Sequence[tuple[str, str | None]], last_used: str | None) -> str | None:
+    """The model the page preselects among (name, pooling) pairs, by name (the URL's and the
+    browser's own choice come first, in its script): the one this server answered last, else the
+    first not CLS-pooled, else the first."""
+    names = [name for name, _ in models]
     if last_used in names:
         return last_used
-    for spec in specs:
-        if spec.pooling != "cls":
-            return spec.name
+    for name, pooling in models:
+        if pooling != "cls":
+            return name
     return names[0] if names else None
 
 
