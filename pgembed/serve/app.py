@@ -24,6 +24,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from starlette.applications import Starlette
@@ -131,7 +132,7 @@ def make_app(
 
 
 def _lifespan(api: Api) -> Callable[[Starlette], Any]:
-    from contextlib import asynccontextmanager
+    """The Api's pool opens with the server's event loop and closes with it."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
@@ -310,4 +311,5 @@ class Guard:
 async def _reply(
     response: Response, scope: Scope, receive: Receive, send: Callable[[Message], Awaitable[None]]
 ) -> None:
+    """Answer without the application (the Host check, the limit); the body is not read."""
     await response(scope, receive, send)
