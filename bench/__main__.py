@@ -1,7 +1,8 @@
 """`make bench`: every benchmark in one run, figures as medians and ratios, into BENCHMARKS.md.
 
 python -m bench [--rows 2000] [--repeats 3] [--corpus FILE] [--database-url URL]
-                [--only throughput,capture,latency,search,serve,bigrow,indexpath,engines,chunking]
+                [--only throughput,capture,latency,search,serve,bigrow,indexpath,engines,chunking,
+                        concurrency]
                 [--no-write] [--scifact ../shared/data/scifact]  (SciFact nDCG@10 of each engine)
                 [--chunk-rows 2000]  (IMDb reviews of the chunking section)
 """
@@ -22,6 +23,7 @@ from bench import (
     bigrow,
     capture,
     chunking,
+    concurrency,
     engines,
     indexpath,
     latency,
@@ -42,8 +44,10 @@ SECTIONS = (
     "indexpath",
     "engines",
     "chunking",
+    "concurrency",
 )
-OWN_SECTIONS = {"serve", "bigrow", "indexpath", "engines", "chunking"}  # not in the main one
+# not in the main one
+OWN_SECTIONS = {"serve", "bigrow", "indexpath", "engines", "chunking", "concurrency"}
 
 
 def machine() -> str:
@@ -87,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, object] = {}
     index_path: tuple[list[indexpath.Table], str] | None = None  # l: a section of its own
     chunked: list[chunking.Corpus] | None = None  # n: a section of its own
+    many: concurrency.Run | None = None  # serving many clients: a section of its own
     started = time.monotonic()
     with server(args.database_url) as url:
         database = Database(url)
@@ -134,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
                     database, args.scifact or chunking.SCIFACT, args.chunk_rows
                 )
                 print(chunking.report(chunked), flush=True)
+            if "concurrency" in only:
+                many = concurrency.measure(database, args.rows)
+                print(concurrency.report(many), flush=True)
         finally:
             database.drop()
     command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
@@ -156,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
             chunked, machine(), command.strip(), results.get("postgres"), seconds
         )
         print("\n" + chunk_text)
+    if many:
+        many_text = concurrency.document(many, machine(), command.strip(), seconds)
+        print("\n" + many_text)
     if not args.no_write:
         if main_ran:
             report.write(Path("BENCHMARKS.md"), text)
@@ -171,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             report.write(Path("BENCHMARKS.md"), index_text, indexpath.START, indexpath.END)
         if chunked:
             report.write(Path("BENCHMARKS.md"), chunk_text, chunking.START, chunking.END)
+        if many:
+            report.write(Path("BENCHMARKS.md"), many_text, concurrency.START, concurrency.END)
     return 0
 
 

@@ -5,6 +5,9 @@ from an `AsyncConnectionPool`. Everything that would block the event loop runs i
 (`asyncio.to_thread`): loading a model and encoding, the first connection check, and the
 administrative calls (migrate_schema, add_model, alter_model, sync_once, status), which reuse the
 synchronous implementations of pgembed.api.
+
+Query texts are encoded with dynamic batching (search/batching.py): the searches of many tasks
+that wait for the encoder at once are encoded together, as `pgembed serve` does.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pgembed.catalog.registry import ModelSpec
 from pgembed.client import check_database, encode, require_texts
 from pgembed.encode.embedder import Vectors
 from pgembed.errors import UsageError
-from pgembed.search import plan, planner
+from pgembed.search import batching, plan, planner
 from pgembed.search.planner import Filter, Hit, HybridHit, SearchRequest
 
 _T = TypeVar("_T")
@@ -38,12 +41,23 @@ class AsyncClient:
     `database_url=None` resolves like the CLI (in a thread, since that may start the embedded
     server). Nothing connects until the first call. Close it with `async with` or
     `await client.close()`: its pool's tasks belong to the event loop it was first used in.
+
+    Concurrent searches' query texts are encoded in batches of at most `max_batch` (1: one at
+    a time), an idle encoder waiting at most `max_wait` seconds for companions.
     """
 
     def __init__(
-        self, database_url: str | None = None, *, max_connections: int = defaults.POOL_MAX_SIZE
+        self,
+        database_url: str | None = None,
+        *,
+        max_connections: int = defaults.POOL_MAX_SIZE,
+        max_batch: int = batching.MAX_BATCH,
+        max_wait: float = batching.MAX_WAIT,
     ) -> None:
         db.check_pool_size(max_connections)
+        if max_batch < 1 or max_wait < 0:
+            raise UsageError("max_batch must be at least 1 and max_wait not negative")
+        self.batcher = batching.QueryBatcher(max_batch, max_wait)
         self._database_url = database_url
         self._url: str | None = None
         self._max_connections = max_connections
@@ -130,6 +144,7 @@ class AsyncClient:
         async with self._lock:
             self._closed = True
             pool, self._pool = self._pool, None
+        await self.batcher.close()
         if pool is not None:
             await pool.close()
 
@@ -145,7 +160,7 @@ class AsyncClient:
         await self.close()
 
     async def _run(self, work: plan.Plan[_T]) -> _T:
-        return await plan.execute_async(await self._ready(), work)
+        return await plan.execute_async(await self._ready(), work, self.batcher.embed)
 
     async def _resolved_url(self) -> str:
         if self._url is None:

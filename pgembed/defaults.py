@@ -107,3 +107,10 @@ MIN_WINDOW = 32
 # (English needs ~4-5; the first window keeps CHARS_PER_WORD_PIECE): 64 windows of MiniLM read
 # ~130,000 characters, not 524,000. A text whose windows would need more is marked truncated.
 CHUNK_CHARS_PER_WORD_PIECE = 8
+
+# Dynamic batching of query encoding (search/batching.py: `pgembed serve`, AsyncClient): query
+# texts in one batch at most, and the seconds an idle encoder waits for companions.
+QUERY_BATCH = 32
+QUERY_BATCH_WAIT = 0.002
+# Requests `pgembed serve` answers at once at most; past it a 503 with Retry-After.
+SERVE_MAX_IN_FLIGHT = 256

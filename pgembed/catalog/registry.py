@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 from psycopg.rows import dict_row
@@ -196,3 +196,18 @@ def set_precision(conn: psycopg.Connection, spec: ModelSpec) -> bool:
     those settings); False if it was switched to another version meanwhile."""
     cur = conn.execute(sqlfiles.get("catalog", "set_precision"), spec.as_dict())
     return cur.rowcount == 1
+
+
+# The columns of a model's table that the current role may read, in table order, except its
+# vector columns (the model's embeddings; pgvector's types): what `pgembed serve` shows beside
+# a hit (its "row" field). Parameter: the table, schema-qualified and quoted.
+ROW_COLUMNS: LiteralString = """
+SELECT a.attname
+FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) a.atttypid
+WHERE a.attrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(%s::text)
+  AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped
+  AND t.typname::text NOT IN ('vector', 'halfvec', 'sparsevec')
+  AND pg_catalog.has_column_privilege(a.attrelid, a.attnum, 'SELECT')
+ORDER BY a.attnum
+"""

@@ -9,6 +9,7 @@ from functools import partial
 
 import click
 
+from pgembed import defaults
 from pgembed.cli.app import App, pass_app, stopping
 from pgembed.cli.logs import setup_logging
 from pgembed.errors import ConfigError
@@ -48,6 +49,27 @@ log = logging.getLogger("pgembed.serve")
     "address: a container bound to 0.0.0.0 keeps the DNS rebinding check (docs/serve.md).",
 )
 @click.option(
+    "--max-in-flight",
+    type=click.IntRange(1, None),
+    default=defaults.SERVE_MAX_IN_FLIGHT,
+    show_default=True,
+    help="Requests answered at once at most; past it a 503 with Retry-After.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 1024),
+    default=defaults.QUERY_BATCH,
+    show_default=True,
+    help="Query texts encoded in one batch at most (1: one at a time).",
+)
+@click.option(
+    "--batch-wait-ms",
+    type=click.FloatRange(0, 1000),
+    default=defaults.QUERY_BATCH_WAIT * 1000,
+    show_default=True,
+    help="Milliseconds an idle encoder waits for more queries to batch with a first one.",
+)
+@click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
 @pass_app
@@ -57,6 +79,9 @@ def serve_cmd(
     port: int,
     model_names: tuple[str, ...],
     allowed_hosts: tuple[str, ...],
+    max_in_flight: int,
+    batch_size: int,
+    batch_wait_ms: float,
     log_format: str,
 ) -> None:
     """Search over HTTP: POST /search, GET /models, GET /healthz, a search page at /.
@@ -67,23 +92,22 @@ def serve_cmd(
     from pgembed.serve.server import SearchServer
 
     setup_logging(log_format)
-    api = Api(app.url, model_names)
+    api = Api(app.url, model_names, max_batch=batch_size, max_wait=batch_wait_ms / 1000)
     try:
-        try:
-            server = SearchServer(api, host, port, allowed_hosts)
-        except OSError as exc:
-            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-        stop = threading.Event()
-        with stopping(partial(_stop_once, stop)):
-            api.warm()  # after binding: a port in use fails before the seconds of loading models
-            server.start()
-            click.echo(f"serving {server.url}")
-            while not stop.wait(1.0):
-                pass
-            log.info("stopping: a signal came")
-            server.stop()
-    finally:
-        api.close()
+        server = SearchServer(
+            api, host, port, allowed_hosts=allowed_hosts, max_in_flight=max_in_flight
+        )
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    stop = threading.Event()
+    with stopping(partial(_stop_once, stop)):
+        api.warm()  # after binding: a port in use fails before the seconds of loading models
+        server.start()
+        click.echo(f"serving {server.url}")
+        while not stop.wait(1.0):
+            pass
+        log.info("stopping: a signal came")
+        server.stop()
     log.info("stopped")
 
 

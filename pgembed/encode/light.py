@@ -14,7 +14,11 @@ default prompt or lower-casing of its own. tests/integration/test_light_encoder.
 vectors with the sentence-transformers path's. `load` returns None for anything else (int8,
 other architectures), and the caller loads the model with sentence-transformers as usual.
 
-Each text runs alone (no padding, so no attention mask): meant for queries, not bulk work.
+A single text runs alone (no padding, so no attention mask): the very vectors. A batch of queries
+(`pgembed serve`'s dynamic batching, search/batching.py) runs as one padded forward pass with an
+attention mask, as sentence-transformers runs any batch: each vector equals its single-text one to
+float rounding (cosine > 0.99999; tests/integration/test_light_encoder.py), several times faster
+per text than one text at a time. Meant for queries, not bulk work.
 """
 
 from __future__ import annotations
@@ -47,6 +51,10 @@ _LEGACY_POOLING = {  # sentence-transformers' legacy flags, in its order of prec
 _PRECISIONS = ("fp32", "bf16", "fp16")  # int8 (quantized Linear layers) is not reproduced here
 _SENTENCE_BERT_KEYS = {"max_seq_length", "do_lower_case"}
 _TOKENIZER_CLASSES = (None, "BertTokenizer", "BertTokenizerFast")
+
+
+# Word pieces (texts x the longest) one padded forward pass of a query batch holds at most.
+BATCH_TOKENS = 4096
 
 
 class Unsupported(Exception):
@@ -86,28 +94,56 @@ class LightModel:
         self.position_limit = shape.positions
 
     def encode(self, texts: list[str]) -> Array:
+        """One vector per text: alone when one, else in one padded batch (sorted by length, in
+        parts of at most BATCH_TOKENS word pieces, so a long text pads no short one much)."""
         import torch
 
         out = np.empty((len(texts), self.dimensions), dtype=np.float32)
+        encodings = self._tokenizer.encode_batch(texts)
         with torch.inference_mode():
-            for i, encoding in enumerate(self._tokenizer.encode_batch(texts)):
-                ids = torch.tensor([encoding.ids], dtype=torch.long)
-                vector = self._pool(self._forward(ids))
-                out[i] = vector.float().numpy()[0]
+            if len(texts) == 1:
+                ids = torch.tensor([encodings[0].ids], dtype=torch.long)
+                out[0] = self._pool(self._forward(ids)).float().numpy()[0]
+                return out
+            order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+            start = 0
+            while start < len(order):
+                end = start + 1
+                while end < len(order) and len(encodings[order[end]].ids) * (end + 1 - start) <= (
+                    BATCH_TOKENS
+                ):
+                    end += 1
+                part = order[start:end]
+                out[part] = self._padded([encodings[i].ids for i in part])
+                start = end
         return out
+
+    def _padded(self, sequences: list[list[int]]) -> Array:
+        import torch
+
+        longest = max(len(ids) for ids in sequences)
+        ids = torch.zeros((len(sequences), longest), dtype=torch.long)
+        mask = torch.zeros((len(sequences), longest), dtype=torch.bool)
+        for row, sequence in enumerate(sequences):
+            ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+            mask[row, : len(sequence)] = True
+        vectors: Array = self._pool(self._forward(ids, mask), mask).float().numpy()
+        return vectors
 
     def count(self, texts: list[str]) -> list[int]:
         """Word pieces each text has untruncated, special tokens included."""
         return [len(e) for e in self._counter.encode_batch(texts)] if texts else []
 
-    def _forward(self, ids: Any) -> Any:
+    def _forward(self, ids: Any, mask: Any = None) -> Any:
         """BertModel's last hidden state for one unpadded sequence (token type 0 throughout),
-        op for op as transformers computes it (sdpa attention)."""
+        op for op as transformers computes it (sdpa attention); or for a padded batch, whose
+        `mask` (batch x tokens, True for a real token) keeps padding out of attention."""
         import torch
         from torch.nn import functional as F
 
         w, s = self._w, self._shape
-        n = ids.shape[1]
+        b, n = ids.shape
+        attend = None if mask is None else mask[:, None, None, :]
         size = s.hidden // s.heads
         x = F.embedding(ids, w["embeddings.word_embeddings.weight"])
         x = x + F.embedding(torch.zeros_like(ids), w["embeddings.token_type_embeddings.weight"])
@@ -118,11 +154,11 @@ class LightModel:
         for i in range(s.layers):
             p = f"encoder.layer.{i}."
             q, k, v = (
-                self._linear(x, f"{p}attention.self.{name}").view(1, n, -1, size).transpose(1, 2)
+                self._linear(x, f"{p}attention.self.{name}").view(b, n, -1, size).transpose(1, 2)
                 for name in ("query", "key", "value")
             )
-            context = F.scaled_dot_product_attention(q, k, v, scale=size**-0.5)
-            context = context.transpose(1, 2).contiguous().reshape(1, n, -1).contiguous()
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=attend, scale=size**-0.5)
+            context = context.transpose(1, 2).contiguous().reshape(b, n, -1).contiguous()
             x = self._norm(
                 self._linear(context, f"{p}attention.output.dense") + x,
                 f"{p}attention.output.LayerNorm",
@@ -131,19 +167,22 @@ class LightModel:
             x = self._norm(self._linear(inner, f"{p}output.dense") + x, f"{p}output.LayerNorm")
         return x
 
-    def _pool(self, tokens: Any) -> Any:
-        """sentence-transformers' Pooling (all tokens count: no padding) and Normalize."""
+    def _pool(self, tokens: Any, real: Any = None) -> Any:
+        """sentence-transformers' Pooling and Normalize; `real` (batch x tokens) marks the tokens
+        that are not padding (None: all count)."""
         import torch
         from torch.nn import functional as F
 
+        if real is None:
+            real = torch.ones(tokens.shape[:-1], dtype=torch.bool)
         if self.pooling == "cls":
             vector = tokens[:, 0]
         elif self.pooling == "max":
-            vector = tokens.max(dim=1).values
+            vector = tokens.masked_fill(~real.unsqueeze(-1), -1e9).max(dim=1).values
         else:
             half = tokens.dtype in (torch.float16, torch.bfloat16)
             accumulate = torch.float32 if half else tokens.dtype
-            mask = torch.ones(tokens.shape[:-1], dtype=torch.int64).unsqueeze(-1).to(tokens.dtype)
+            mask = real.to(torch.int64).unsqueeze(-1).to(tokens.dtype)
             total = (tokens * mask).sum(dim=1, dtype=accumulate)
             count = torch.clamp(mask.sum(dim=1, dtype=accumulate), min=1e-9)
             vector = (total / count).to(tokens.dtype)

@@ -7,7 +7,7 @@ themselves are in planner.py.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, LiteralString, TypeVar
@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from pgembed import db
 from pgembed.catalog.registry import ModelSpec
+from pgembed.encode.embedder import Vectors
 from pgembed.errors import DatabaseError, NotFoundError, PgembedError, UsageError
 from pgembed.search.vectors import embed_query
 
@@ -70,10 +71,12 @@ def execute(conn: psycopg.Connection | ConnectionPool[psycopg.Connection], plan:
 
 
 async def execute_async(
-    conn: psycopg.AsyncConnection | AsyncConnectionPool[psycopg.AsyncConnection], plan: Plan[_T]
+    conn: psycopg.AsyncConnection | AsyncConnectionPool[psycopg.AsyncConnection],
+    plan: Plan[_T],
+    embed: Callable[[ModelSpec, str], Awaitable[Vectors]] | None = None,
 ) -> _T:
     """The same on an async connection or pool; embedding runs in a thread, never on the event
-    loop."""
+    loop, or through `embed` (a QueryBatcher's, search/batching.py)."""
     reply: Any = None
     failure: PgembedError | None = None
     while True:
@@ -86,7 +89,10 @@ async def execute_async(
             if isinstance(step, Fetch):
                 reply = await _fetch_async(conn, step)
             else:
-                reply = await asyncio.to_thread(embed_query, step.spec, step.text)
+                if embed is None:
+                    reply = await asyncio.to_thread(embed_query, step.spec, step.text)
+                else:
+                    reply = await embed(step.spec, step.text)
         except PgembedError as exc:
             failure = exc
 

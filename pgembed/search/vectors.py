@@ -61,6 +61,22 @@ class QueryCache:
         self._put(key, vector)
         return vector
 
+    def peek(self, key: _Key) -> Vectors | None:
+        """The cached vector of `key` (counted as a hit), or None (not counted: the caller
+        computes it and `put`s it)."""
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            self._entries.move_to_end(key)
+            self._hits += 1
+            return found[0]
+
+    def put(self, key: _Key, vector: Vectors) -> None:
+        with self._lock:
+            self._misses += 1
+        self._put(key, vector)
+
     def _put(self, key: _Key, vector: Vectors) -> None:
         size = sys.getsizeof(key[1]) + vector.nbytes
         if size > self.max_bytes:
@@ -100,6 +116,25 @@ def _query_vector(settings: embedder.Settings, text: str) -> Vectors:
     vector.flags.writeable = False  # shared by every caller that asks for this text
     warm.add(settings)
     return vector
+
+
+def cached_query(settings: embedder.Settings, text: str) -> Vectors | None:
+    """The query's vector if the cache has it (search/batching.py asks before queueing)."""
+    return _cache.peek((settings, text))
+
+
+def embed_queries(settings: embedder.Settings, texts: list[str]) -> list[Vectors]:
+    """The vectors of several distinct query texts, encoded as one batch (search/batching.py);
+    each is cached as embed_query would."""
+    matrix = embedder.get(settings).encode_queries(texts, batch_size=len(texts))
+    found: list[Vectors] = []
+    for text, row in zip(texts, matrix, strict=True):
+        vector = row.copy()
+        vector.flags.writeable = False
+        _cache.put((settings, text), vector)
+        found.append(vector)
+    warm.add(settings)
+    return found
 
 
 def query_cache_info() -> CacheInfo:

@@ -2,10 +2,11 @@
 HTTP status of every error (400 bad input, 404 unknown model or key, 503 database down).
 
 parse_search maps the JSON to the planner's SearchRequest (search/planner.py), whose plan
-plan.execute runs on the pool as the Client runs it: a connection is borrowed for each statement,
-never held while a model loads or a query is encoded, and one found dead is replaced and the
-statement run again. Queries are encoded by the light encoder where it reproduces the model
-(encode/light.py: the same vectors, without sentence-transformers' per-call work).
+plan.execute_async runs on an asyncio pool as the AsyncClient runs it: a connection is borrowed
+for each statement, never held while a model loads or a query is encoded, and one found dead is
+replaced and the statement run again. Query texts are encoded in batches (search/batching.py:
+the requests that wait for the encoder at once share one forward pass), by the light encoder
+where it reproduces the model (encode/light.py).
 `warm` loads the models before the server takes requests, so the first request is as fast as
 the others.
 """
@@ -13,15 +14,18 @@ the others.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
 
 from pgembed import db, migrate
-from pgembed.catalog import registry
+from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.errors import (
@@ -31,7 +35,7 @@ from pgembed.errors import (
     SchemaError,
     UsageError,
 )
-from pgembed.search import plan, planner, vectors
+from pgembed.search import batching, plan, planner, vectors
 from pgembed.search.planner import SearchRequest
 
 log = logging.getLogger("pgembed.serve")
@@ -44,7 +48,7 @@ ACQUIRE_TIMEOUT = 5.0
 # A connection is held for one statement at a time, never while a query is encoded.
 POOL_SIZE = 8
 
-_FIELDS = {"text", "model", "k", "filter", "hybrid", "similar_to", "ef_search"}
+_FIELDS = {"text", "model", "k", "filter", "hybrid", "similar_to", "ef_search", "row"}
 
 
 class ApiError(Exception):
@@ -70,6 +74,7 @@ def parse_search(payload: object) -> SearchRequest:
     types are checked here; the request's rules are SearchRequest's."""
     if not isinstance(payload, dict):
         raise ApiError(400, 'the body must be a JSON object, e.g. {"text": ..., "model": ...}')
+    _require_unicode(payload)
     unknown = sorted(set(payload) - _FIELDS)
     if unknown:
         raise ApiError(400, f"unknown field {unknown[0]!r}: use {', '.join(sorted(_FIELDS))}")
@@ -86,6 +91,8 @@ def parse_search(payload: object) -> SearchRequest:
     hybrid = payload.get("hybrid", False)
     if not isinstance(hybrid, bool):
         raise ApiError(400, '"hybrid" must be true or false')
+    if not isinstance(payload.get("row", False), bool):
+        raise ApiError(400, '"row" must be true or false')
     filter = payload.get("filter")
     if filter is not None and not isinstance(filter, dict):
         raise ApiError(400, '"filter" must be a JSON object, e.g. {"rating": {"$gte": 4}}')
@@ -104,6 +111,22 @@ def parse_search(payload: object) -> SearchRequest:
         raise ApiError(400, _MESSAGES.get(exc.rule, str(exc))) from None
 
 
+def _require_unicode(payload: object) -> None:
+    """JSON may escape a lone surrogate ("\\ud800"), which no database text can hold: refused
+    here in any field, as a text's is by SearchRequest."""
+    try:
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end]
+        raise ApiError(
+            400,
+            f"the body holds a lone surrogate ({bad.encode('unicode_escape').decode()}): "
+            "not valid Unicode",
+        ) from None
+    except (ValueError, RecursionError):
+        raise ApiError(400, "the request is nested too deeply") from None
+
+
 def _bounded(payload: Mapping[str, Any], name: str, default: int | None) -> Any:
     value = payload.get(name, default)
     if value is None and default is None:
@@ -119,10 +142,15 @@ def status_of(exc: BaseException) -> tuple[int, str]:
         return exc.status, exc.message
     if isinstance(exc, psycopg.OperationalError):  # connection lost, or none within the timeout
         return 503, f"database unavailable: {db.first_line(exc)}"
+    cause = exc.__context__  # the driver's error, under plan.errors' translation
     if isinstance(exc, psycopg.Error):
-        exc = plan.translate(exc)
-    if isinstance(exc, DatabaseError) and isinstance(exc.__context__, psycopg.OperationalError):
-        return 503, f"database unavailable: {db.first_line(exc.__context__)}"  # via plan.errors
+        exc, cause = plan.translate(exc), exc
+    if isinstance(exc, DatabaseError) and isinstance(cause, psycopg.OperationalError):
+        return 503, f"database unavailable: {db.first_line(cause)}"  # via plan.errors
+    if isinstance(exc, DatabaseError) and _is_request_error(cause):
+        return 400, db.first_line(
+            cause or exc
+        )  # e.g. a filter comparing a column with the wrong type
     if isinstance(exc, RecursionError):  # a filter nested too deeply to encode
         return 400, "the request is nested too deeply"
     if isinstance(exc, UsageError):
@@ -134,6 +162,15 @@ def status_of(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, PgembedError):
         return 500, str(exc)
     return 500, "internal error (the server's log has the details)"
+
+
+# SQLSTATE classes of errors the request caused, not the database's state: 22 data exception,
+# 42 syntax error or access rule violation (an operator that does not exist for the filter's
+# types, ...), except 42501 (a privilege this server's role lacks: the operator's to fix).
+def _is_request_error(cause: BaseException | None) -> bool:
+    if not isinstance(cause, psycopg.Error) or cause.sqlstate is None:
+        return False
+    return cause.sqlstate[:2] in ("22", "42") and cause.sqlstate != "42501"
 
 
 def model_info(spec: ModelSpec) -> dict[str, Any]:
@@ -150,13 +187,23 @@ def model_info(spec: ModelSpec) -> dict[str, Any]:
 
 
 class Api:
-    """What the server answers, over a pool of connections; thread-safe.
+    """What the server answers, over an asyncio pool of connections, in one event loop: `open`
+    it there (the server does, at its start) and `aclose` it there.
 
     `models`: the only models served (each must exist); empty: every model of the catalog,
-    those added later included (loaded on their first search).
+    those added later included (loaded on their first search). Query texts are encoded in
+    batches (search/batching.py) of at most `max_batch`, an idle encoder waiting at most
+    `max_wait` seconds for companions.
     """
 
-    def __init__(self, url: str, models: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        url: str,
+        models: Sequence[str] = (),
+        *,
+        max_batch: int = batching.MAX_BATCH,
+        max_wait: float = batching.MAX_WAIT,
+    ) -> None:
         self._only = tuple(models)
         with db.connection(url) as conn:
             migrate.require_current(conn)
@@ -165,17 +212,24 @@ class Api:
             if spec.shadow_of is not None:
                 raise UsageError(f"model {spec.name!r} is a reindex's shadow: serve the model")
         self.loaded: list[str] = []
-        self._pool = db.pool(url, POOL_SIZE)
-        self._pool.timeout = ACQUIRE_TIMEOUT  # what plan.execute waits for a connection
-        self._pool.open()
+        self.last_used: str | None = None  # the model of the last search answered (the page's)
+        self.batcher = batching.QueryBatcher(max_batch, max_wait, light=True)
+        self._url = url
+        self._pool: AsyncConnectionPool[psycopg.AsyncConnection] | None = None
+        self.acquire_timeout = ACQUIRE_TIMEOUT  # what plan.execute_async waits for a connection
 
-    @property
-    def acquire_timeout(self) -> float:
-        return self._pool.timeout
+    async def open(self) -> None:
+        """Open the pool, in the event loop that serves (its connections are made meanwhile)."""
+        pool = db.async_pool(self._url, POOL_SIZE)
+        pool.timeout = self.acquire_timeout
+        await pool.open()
+        self._pool = pool
 
-    @acquire_timeout.setter
-    def acquire_timeout(self, seconds: float) -> None:
-        self._pool.timeout = seconds
+    async def aclose(self) -> None:
+        await self.batcher.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
 
     def warm(self) -> None:
         """Load each model and encode a first query, so the first request is as fast as any."""
@@ -186,38 +240,90 @@ class Api:
             self.loaded.append(spec.name)
             log.info("model %s ready in %.1f s", spec.name, time.perf_counter() - started)
 
-    def close(self) -> None:
-        self._pool.close()
-
-    def search(self, payload: object) -> dict[str, Any]:
+    async def search(self, payload: object) -> dict[str, Any]:
         """POST /search."""
         request = parse_search(payload)
+        rows = isinstance(payload, dict) and payload.get("row", False)
         self._require_served(request.model)
         started = time.perf_counter()
-        with embedder.light_encoder():  # one query at a time: see encode/light.py
-            hits = plan.execute(self._pool, _search_plan(request))
+        pool = self._ready()
+        found = await plan.execute_async(pool, _search_plan(request), self.batcher.embed)
+        hits = [dataclasses.asdict(hit) for hit in found]
+        if rows and hits:
+            spec = await plan.execute_async(pool, planner.spec_plan(request.model))
+            await self._add_rows(pool, spec, hits)
+        self.last_used = request.model
         return {
             "model": request.model,
-            "hits": [dataclasses.asdict(hit) for hit in hits],
+            "hits": hits,
             "took_ms": round((time.perf_counter() - started) * 1000, 2),
         }
 
-    def models(self) -> dict[str, Any]:
+    async def models(self) -> dict[str, Any]:
         """GET /models."""
-        rows = plan.execute(self._pool, _fetch_plan(plan.Fetch(registry.ALL, as_dicts=True)))
+        return {"models": [model_info(spec) for spec in await self.served()]}
+
+    async def served(self) -> list[ModelSpec]:
+        """The models this server answers for, by name (a reindex's shadow is not one)."""
+        step = plan.Fetch(registry.ALL, as_dicts=True)
+        rows = await plan.execute_async(self._ready(), _fetch_plan(step))
         specs = [registry.from_row(row) for row in rows]
         if self._only:
             specs = [spec for spec in specs if spec.name in self._only]
-        return {"models": [model_info(spec) for spec in specs if spec.shadow_of is None]}
+        return [spec for spec in specs if spec.shadow_of is None]
 
-    def health(self) -> dict[str, Any]:
+    async def health(self) -> dict[str, Any]:
         """GET /healthz: the database answers."""
-        plan.execute(self._pool, _fetch_plan(plan.Fetch("SELECT 1")))
+        await plan.execute_async(self._ready(), _fetch_plan(plan.Fetch("SELECT 1")))
         return {"status": "ok", "models": self.loaded}
+
+    def metrics(self) -> dict[str, Any]:
+        """GET /metrics: what the query batcher did (search/batching.py)."""
+        return {"batching": dataclasses.asdict(self.batcher.stats)}
+
+    def _ready(self) -> AsyncConnectionPool[psycopg.AsyncConnection]:
+        if self._pool is None:
+            raise ApiError(503, "the server is starting or stopping")
+        return self._pool
 
     def _require_served(self, name: str) -> None:
         if self._only and name not in self._only:
             raise registry.unknown(name, self._only, f"this server serves {', '.join(self._only)}")
+
+    async def _add_rows(
+        self,
+        pool: AsyncConnectionPool[psycopg.AsyncConnection],
+        spec: ModelSpec,
+        hits: list[dict[str, Any]],
+    ) -> None:
+        """Each hit's "row": its row's other columns that this server's role may read (not the
+        key, the text columns or the vectors), read under the same row security as the search."""
+        table = naming.table(spec)
+        names = await plan.execute_async(
+            pool, _fetch_plan(plan.Fetch(registry.ROW_COLUMNS, (table.as_string(),)))
+        )
+        hidden = {spec.key_column, *spec.text_columns}
+        columns = [name for (name,) in names if name not in hidden]
+        if not columns:
+            for hit in hits:
+                hit["row"] = {}
+            return
+        statement = sql.SQL(
+            "SELECT t.{key}::text, pg_catalog.jsonb_build_object({pairs}) FROM {table} t "
+            "WHERE t.{key} OPERATOR(pg_catalog.=) ANY(%s::text[]::{type}[])"
+        ).format(
+            key=sql.Identifier(spec.key_column),
+            pairs=sql.SQL(", ").join(
+                sql.SQL("{}, t.{}").format(sql.Literal(c), sql.Identifier(c)) for c in columns
+            ),
+            table=table,
+            type=naming.key_type(spec),
+        )
+        keys = [str(hit["key"]) for hit in hits]
+        found = await plan.execute_async(pool, _fetch_plan(plan.Fetch(statement, (keys,))))
+        by_key = dict(found)
+        for hit in hits:
+            hit["row"] = by_key.get(str(hit["key"]), {})
 
 
 def _servable(conn: psycopg.Connection) -> list[ModelSpec]:

@@ -1,16 +1,22 @@
 """The real `pgembed serve` process: it prints its address once its models are loaded, answers
-over HTTP, and stops with exit 0 on SIGTERM or SIGINT."""
+over HTTP, and stops with exit 0 on SIGTERM or SIGINT; under many clients at once it encodes
+concurrent queries in batches, drops no connection, refuses past its limit with 503 and
+Retry-After, and fails only the bad requests of a batch."""
 
 from __future__ import annotations
 
 import json
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -61,9 +67,14 @@ def serve(url: str, log: Path, *args: str) -> Iterator[tuple[subprocess.Popen[st
 
 
 def post(url: str, body: object) -> tuple[int, Any]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode())
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return response.status, json.loads(response.read())
+    data, headers = json.dumps(body).encode(), {"Content-Type": "application/json"}
+    request = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, json.loads(error.read())
 
 
 def test_serve_answers_and_stops_on_sigterm(shop_url: str, tmp_path: Path) -> None:
@@ -103,3 +114,138 @@ def test_a_port_in_use_is_one_line_and_sigint_stops(shop_url: str, tmp_path: Pat
     assert taken.stderr.strip() == (
         f"pgembed: error: cannot listen on 127.0.0.1:{port}: Address already in use"
     )
+
+
+def get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return json.loads(response.read())
+
+
+def distinct_texts(n: int, tag: str) -> list[str]:
+    subjects = ["battery", "screen", "delivery", "apples", "charger", "box", "price", "sound"]
+    return [f"{tag} {subjects[i % 8]} review number {i}: is it any good" for i in range(n)]
+
+
+def test_concurrent_queries_are_encoded_in_batches(shop_url: str, tmp_path: Path) -> None:
+    """16 clients at once, each with its own text: fewer batches than texts (GET /metrics), and
+    each answer is its own text's hits."""
+    texts = distinct_texts(16, "batching")
+    with db.connection(shop_url) as conn:
+        spec = registry.get(conn, "minilm")
+        want = {text: planner.query(conn, spec, text, 5) for text in texts}
+    with serve(shop_url, tmp_path / "serve.log", "--batch-wait-ms", "20") as (_proc, base):
+        before = get(f"{base}/metrics")["batching"]
+        barrier = threading.Barrier(len(texts))
+
+        def ask(text: str) -> tuple[int, Any]:
+            barrier.wait(timeout=60)
+            return post(f"{base}/search", {"text": text, "model": "minilm", "k": 5})
+
+        with ThreadPoolExecutor(max_workers=len(texts)) as pool:
+            answers = list(pool.map(ask, texts))
+        after = get(f"{base}/metrics")["batching"]
+    encoded = after["queries"] - before["queries"]
+    batches = after["batches"] - before["batches"]
+    assert encoded == len(texts) and batches < encoded, (before, after)
+    assert after["largest"] > 1
+    for text, (status, answer) in zip(texts, answers, strict=True):
+        assert status == 200, answer
+        got, expected = answer["hits"], want[text]
+        # a batch vector is the single one to rounding (bf16 here): the same hits, near-ties aside
+        assert [h["similarity"] for h in got] == pytest.approx(
+            [h.similarity for h in expected], abs=2e-3
+        )
+        assert (
+            got[0]["key"] == expected[0].key
+            or abs(expected[0].similarity - expected[1].similarity) < 2e-3
+        )
+
+
+def test_64_clients_at_once_are_all_answered(shop_url: str, tmp_path: Path) -> None:
+    texts = distinct_texts(64 * 3, "many")
+    with serve(shop_url, tmp_path / "serve.log") as (_proc, base):
+        barrier = threading.Barrier(64)
+
+        def client(i: int) -> list[int]:
+            barrier.wait(timeout=60)
+            return [
+                post(f"{base}/search", {"text": text, "model": "minilm", "k": 3})[0]
+                for text in texts[i * 3 : i * 3 + 3]
+            ]
+
+        with ThreadPoolExecutor(max_workers=64) as pool:
+            statuses = [s for batch in pool.map(client, range(64)) for s in batch]
+    assert statuses == [200] * len(texts)
+
+
+def test_past_the_limit_a_503_with_retry_after(shop_url: str, tmp_path: Path) -> None:
+    """Two requests held in flight (their bodies never finish) fill --max-in-flight 2: the next
+    one gets 503 with Retry-After at once, not a reset; once they end, requests pass again."""
+    with serve(shop_url, tmp_path / "serve.log", "--max-in-flight", "2") as (_proc, base):
+        host, port = base.removeprefix("http://").rsplit(":", 1)
+        held = []
+        for _ in range(2):
+            sock = socket.create_connection((host, int(port)), timeout=60)
+            sock.sendall(
+                b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+            )
+            held.append(sock)
+        time.sleep(0.5)  # both are being read
+        request = urllib.request.Request(f"{base}/healthz")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        with refused.value as error:
+            assert error.code == 503 and error.headers["Retry-After"] == "1"
+            assert "limit" in json.loads(error.read())["error"]
+        for sock in held:
+            sock.close()
+        time.sleep(0.5)
+        assert get(f"{base}/healthz")["status"] == "ok"
+
+
+def test_bad_requests_in_a_batch_fail_alone(shop_url: str, tmp_path: Path) -> None:
+    """In one burst: good searches, a bad filter, an unknown model, a huge k, a wrong filter
+    type, and clients that go away before their answer: each bad one gets its own error, the
+    good ones their hits, and the server goes on."""
+    good = distinct_texts(8, "burst")
+    bad: list[tuple[dict[str, Any], int, str]] = [
+        ({"text": "bad filter", "model": "minilm", "filter": {"nope": 1}}, 400, "nope"),
+        ({"text": "unknown model", "model": "nope"}, 404, "unknown model"),
+        ({"text": "huge k", "model": "minilm", "k": 10**9}, 400, '"k" must be'),
+        ({"text": "wrong type", "model": "minilm", "filter": {"rating": "high"}}, 400, ""),
+    ]
+    with serve(shop_url, tmp_path / "serve.log", "--batch-wait-ms", "20") as (_proc, base):
+        host, port = base.removeprefix("http://").rsplit(":", 1)
+        barrier = threading.Barrier(len(good) + len(bad) + 4)
+
+        def ask(body: dict[str, Any]) -> tuple[int, Any]:
+            barrier.wait(timeout=60)
+            return post(f"{base}/search", body)
+
+        def leave(i: int) -> None:
+            body = json.dumps({"text": f"leaving early {i}", "model": "minilm"}).encode()
+            with socket.create_connection((host, int(port)), timeout=60) as sock:
+                barrier.wait(timeout=60)
+                sock.sendall(
+                    b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                    b"application/json\r\nContent-Length: "
+                    + str(len(body)).encode()
+                    + b"\r\n\r\n"
+                    + body
+                )  # and gone before the answer
+
+        with ThreadPoolExecutor(max_workers=len(good) + len(bad) + 4) as pool:
+            leaving = [pool.submit(leave, i) for i in range(4)]
+            asked = [pool.submit(ask, {"text": t, "model": "minilm", "k": 3}) for t in good]
+            failing = [pool.submit(ask, body) for body, _, _ in bad]
+            for future in leaving:
+                future.result(timeout=120)
+            answers = [future.result(timeout=120) for future in asked]
+            failures = [future.result(timeout=120) for future in failing]
+        for status, answer in answers:
+            assert status == 200 and len(answer["hits"]) == 3, answer
+        for (_, status, message), (got, answer) in zip(bad, failures, strict=True):
+            assert got == status and message in answer["error"], answer
+        assert post(f"{base}/search", {"text": "after", "model": "minilm", "k": 1})[0] == 200
+    assert "Traceback" not in (tmp_path / "serve.log").read_text()

@@ -154,3 +154,24 @@ def test_connections_dead_since_their_last_use_cost_no_error(shop_url: str) -> N
             assert await client.search("minilm", QUERY, k=3) == expected
 
     asyncio.run(main())
+
+
+def test_concurrent_searches_are_encoded_in_batches(shop_url: str) -> None:
+    """The tasks' query texts that wait for the encoder at once are encoded together
+    (search/batching.py, as `pgembed serve` does), each search with its own hits."""
+    texts = [f"async batching: is the {thing} any good" for thing in range(12)]
+
+    async def main() -> tuple[list[Any], Any]:
+        async with pgembed.AsyncClient(shop_url, max_wait=0.05) as client:
+            found = await asyncio.gather(*(client.search("minilm", t, k=3) for t in texts))
+            return list(found), client.batcher.stats
+
+    found, stats = asyncio.run(main())
+    assert stats.queries == len(texts) and stats.batches < len(texts), stats
+    with pgembed.Client(shop_url) as client:  # (the texts' vectors are in the query cache now)
+        expected = {text: client.search("minilm", text, k=3) for text in texts}
+    for text, hits in zip(texts, found, strict=True):
+        want = expected[text]
+        assert [hit.similarity for hit in hits] == pytest.approx(
+            [hit.similarity for hit in want], abs=1e-6
+        )

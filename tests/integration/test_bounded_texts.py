@@ -98,14 +98,14 @@ def test_query_text_is_limited_on_every_path(spec: ModelSpec, db_url: str, long_
     served.start()
     try:
         body = json.dumps({"text": long_query, "model": "minilm"}).encode()
-        request = urllib.request.Request(f"{served.url}/search", data=body)
+        headers = {"Content-Type": "application/json"}
+        request = urllib.request.Request(f"{served.url}/search", data=body, headers=headers)
         with pytest.raises(urllib.error.HTTPError) as caught:
             urllib.request.urlopen(request, timeout=60)
         assert caught.value.code == 400 and "at most" in caught.value.read().decode()
         caught.value.close()
     finally:
         served.stop()
-        api.close()
 
 
 def test_the_query_cache_is_bounded_in_bytes(spec: ModelSpec, conn: psycopg.Connection) -> None:

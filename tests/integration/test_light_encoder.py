@@ -185,3 +185,17 @@ def test_config_settings_it_does_not_follow(tmp_path: Path, change: dict[str, ob
     assert light.load(directory, None, None, True) is not None
     edit_json(directory / "config.json", **change)
     assert light.load(directory, None, None, True) is None
+
+
+@pytest.mark.parametrize("settings", CASES, ids=lambda s: f"{s.pooling}-{s.precision}")
+def test_a_padded_batch_gives_each_text_its_own_vector(settings: embedder.Settings) -> None:
+    """serve's dynamic batching encodes concurrent queries as one padded batch: each vector is
+    its single-text one to float rounding, whatever its neighbours' lengths."""
+    light_one = embedder._light_embedder(settings)
+    assert light_one is not None
+    batch = light_one.encode_queries(TEXTS * 2)
+    for i, text in enumerate(TEXTS * 2):
+        alone = light_one.encode_queries([text])[0]
+        cosine = float(batch[i] @ alone) / float(np.linalg.norm(batch[i]) * np.linalg.norm(alone))
+        tolerance = 1e-5 if settings.precision == "fp32" else 2e-3
+        assert cosine > 1 - tolerance, (text, cosine)

@@ -1,5 +1,6 @@
 """`pgembed serve`'s HTTP API, in-process on a free port, through a real HTTP client (urllib):
-the hits equal search/planner's for the same request; every error is a status and one line."""
+the hits equal search/planner's for the same request; every error is a status and one line.
+(tests/integration/test_serve_load.py runs `pgembed serve` as a process under many clients.)"""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import logging
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,7 +25,7 @@ from helpers import REVIEWS, database_name, with_database
 from pgembed import db
 from pgembed.catalog import registry
 from pgembed.lifecycle import models
-from pgembed.search import plan, planner, vectors
+from pgembed.search import planner, vectors
 from pgembed.serve import api as serve_api
 from pgembed.serve.api import Api
 from pgembed.serve.server import SearchServer
@@ -35,7 +37,8 @@ TIMEOUT = 60  # seconds for any one request
 def call(url: str, body: object = None, *, raw: bytes | None = None) -> tuple[int, Any]:
     """GET (no body) or POST (JSON `body`, or `raw` bytes): the status and the decoded JSON."""
     data = raw if raw is not None else None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data)
+    headers = {} if data is None else {"Content-Type": "application/json"}
+    request = urllib.request.Request(url, data=data, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
             status, payload, kind = response.status, response.read(), response.headers
@@ -58,7 +61,6 @@ def server(shop_url: str) -> Iterator[SearchServer]:
         yield served
     finally:
         served.stop()
-        api.close()
 
 
 @pytest.fixture
@@ -214,16 +216,18 @@ def test_errors_outside_search_are_json_too(server: SearchServer) -> None:
     finally:
         big.close()
     other = http.client.HTTPConnection("127.0.0.1", server.port, timeout=TIMEOUT)
-    try:  # http.server's own errors: a method it has no handler for
+    try:  # a method no route has
         other.request("PUT", "/search", b"{}")
         response = other.getresponse()
-        assert response.status == 501 and "error" in json.loads(response.read())
+        assert response.status == 405 and "error" in json.loads(response.read())
     finally:
         other.close()
     with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as raw:
-        raw.sendall(b"GET / HTTP/1.x\r\n\r\n")  # a malformed request line
-        reply = raw.makefile("rb").read()  # (its answer is HTTP/0.9-style: the body alone)
-    assert json.loads(reply[reply.index(b"{") :]) == {"error": "Bad request version ('HTTP/1.x')"}
+        raw.sendall(b"GET / HTTP/1.x\r\n\r\n")  # a malformed request line: the HTTP parser's
+        reply = raw.makefile("rb").read()
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head
+    assert set(json.loads(body)) == {"error"}
     # the server is still well after all of it
     assert call(f"{url}/search", {"text": "x", "model": "minilm", "k": 1})[0] == 200
 
@@ -325,10 +329,11 @@ def test_search_page_posts_its_fields_side_by_side(server: SearchServer, shop_ur
     assert status == 200 and "<title>pgembed search</title>" in html
     form = Form()
     form.feed(html)
-    assert form.external == []  # no external script, style, font or image
+    # no external script, style, font or image (the icon is the server's own /favicon.svg)
+    assert form.external == ["/favicon.svg"]
     assert "<script src" not in html and "@import" not in html and "url(" not in html
     assert (form.action, form.method) == ("/search", "post")
-    assert set(form.fields) == {"text", "model", "compare", "filter", "k"}
+    assert set(form.fields) == {"text", "model", "compare", "filter", "k", "similar_to"}
     assert form.options["model"] == ["minilm", "notes_cls"]
     assert form.options["compare"] == ["", "minilm", "notes_cls"]
     assert (form.fields["model"], form.fields["compare"]) == ("minilm", "notes_cls")
@@ -364,7 +369,7 @@ def test_one_keep_alive_connection_through_errors(server: SearchServer) -> None:
             ("POST", "/nope", b"{}", 404),
             ("POST", "/search", good, 200),
         ]:
-            conn.request(method, path, body)
+            conn.request(method, path, body, {"Content-Type": "application/json"})
             response = conn.getresponse()
             answer = json.loads(response.read())
             assert response.status == status, answer
@@ -411,9 +416,9 @@ def status_for_host(server: SearchServer, host: str) -> int:
 def test_allowed_hosts_keep_the_check_on_any_address(shop_url: str) -> None:
     """Compose's `serve --host 0.0.0.0 --allow-host localhost ...`: bound to every interface (so
     the published port reaches it), it still refuses a rebound name."""
-    api = Api(shop_url)
-    checked = SearchServer(api, "0.0.0.0", 0, allowed_hosts=("localhost", "127.0.0.1", "serve"))
-    open_to_all = SearchServer(api, "0.0.0.0", 0)
+    allowed = ("localhost", "127.0.0.1", "serve")
+    checked = SearchServer(Api(shop_url), "0.0.0.0", 0, allowed_hosts=allowed)
+    open_to_all = SearchServer(Api(shop_url), "0.0.0.0", 0)  # an Api serves one event loop
     for served in (checked, open_to_all):
         served.start()
     try:
@@ -425,7 +430,6 @@ def test_allowed_hosts_keep_the_check_on_any_address(shop_url: str) -> None:
     finally:
         for served in (checked, open_to_all):
             served.stop()
-        api.close()
 
 
 def test_no_connection_is_held_while_a_query_is_encoded(
@@ -435,21 +439,21 @@ def test_no_connection_is_held_while_a_query_is_encoded(
     free for other requests; `stop` waits for the search in flight."""
     monkeypatch.setattr(serve_api, "POOL_SIZE", 1)
     encoding, release = threading.Event(), threading.Event()
-    real = vectors.embed_query
+    real = vectors.embed_queries
 
-    def slow(spec: registry.ModelSpec, text: str) -> Any:
+    def slow(settings: Any, texts: list[str]) -> Any:
         encoding.set()
         release.wait(TIMEOUT)
-        return real(spec, text)
+        return real(settings, texts)
 
-    monkeypatch.setattr(plan, "embed_query", slow)
+    monkeypatch.setattr(vectors, "embed_queries", slow)  # the batcher's encode (in a thread)
     api = Api(shop_url)
     api.acquire_timeout = 2.0
     served = SearchServer(api, "127.0.0.1", 0)
     served.start()
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
-            body = {"text": "battery", "model": "minilm", "k": 2}
+            body = {"text": "a battery not in the query cache", "model": "minilm", "k": 2}
             searching = pool.submit(call, f"{served.url}/search", body)
             assert encoding.wait(TIMEOUT)
             assert call(f"{served.url}/healthz")[0] == 200
@@ -463,5 +467,105 @@ def test_no_connection_is_held_while_a_query_is_encoded(
         assert status == 200 and len(answer["hits"]) == 2
     finally:
         release.set()
-        served.server_close()
-        api.close()
+        served.stop()
+
+
+def raw_request(port: int, head: bytes, body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+    """One request written by hand; the status, headers and body of the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
+        sock.sendall(head + body)
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+        return response.status, dict(response.getheaders()), response.read()
+
+
+def test_a_short_body_a_lone_surrogate_and_a_filter_type_error(shop_url: str) -> None:
+    """Issue 26's: a body shorter than its Content-Length is a quick 408, not a 500 after 30 s;
+    a lone surrogate in any field is a 400, not a 500; a filter comparing a column with a value
+    of a type it has no operator for is a 400, not a 503 (the database is fine)."""
+    with db.connection(shop_url) as conn:
+        conn.execute("ALTER TABLE reviews ADD COLUMN meta json")
+    api = Api(shop_url)
+    served = SearchServer(api, "127.0.0.1", 0, body_seconds=1.0)
+    served.start()
+    try:
+        head = (
+            b"POST /search HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 50\r\n\r\n"
+        )
+        started = time.monotonic()
+        status, _, body = raw_request(served.port, head, b'{"text": "x"')
+        assert status == 408 and "Content-Length" in json.loads(body)["error"]
+        assert time.monotonic() - started < 10
+        url = f"{served.url}/search"
+        for payload in (
+            b'{"text": "battery", "model": "mini\\ud800lm"}',
+            b'{"similar_to": "\\udfff", "model": "minilm"}',
+            b'{"text": "battery", "model": "minilm", "filter": {"product": "\\ud800"}}',
+        ):
+            status, answer = call(url, raw=payload)
+            assert status == 400 and "lone surrogate" in answer["error"], answer
+        json_filter = {"text": "battery", "model": "minilm", "filter": {"meta": {"a": 1}}}
+        status, answer = call(url, json_filter)
+        assert status == 400 and "\n" not in answer["error"], answer
+        assert call(url, {"text": "battery", "model": "minilm", "k": 1})[0] == 200
+    finally:
+        served.stop()
+
+
+def test_only_json_from_the_same_origin_is_searched(server: SearchServer) -> None:
+    """A web page of another origin can POST text/plain or a form without asking the browser
+    first: refused, as is a request a browser marks cross-site."""
+    good = json.dumps({"text": "battery", "model": "minilm", "k": 1}).encode()
+    host = f"127.0.0.1:{server.port}"
+    base = f"POST /search HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(good)}\r\n"
+    for extra, status in [
+        ("Content-Type: text/plain\r\n", 415),
+        ("Content-Type: application/x-www-form-urlencoded\r\n", 415),
+        ("", 415),
+        ("Content-Type: application/json\r\nOrigin: http://evil.example\r\n", 403),
+        ("Content-Type: application/json\r\nSec-Fetch-Site: cross-site\r\n", 403),
+        (f"Content-Type: application/json\r\nOrigin: http://{host}\r\n", 200),
+        ("Content-Type: application/json; charset=utf-8\r\nSec-Fetch-Site: same-origin\r\n", 200),
+    ]:
+        got, _, body = raw_request(server.port, (base + extra + "\r\n").encode(), good)
+        assert got == status, (extra, body)
+
+
+def test_security_headers_favicon_metrics_and_rows(server: SearchServer) -> None:
+    status, headers, body = raw_request(server.port, b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert status == 200 and b"<title>pgembed search</title>" in body
+    csp = headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp
+    assert "'unsafe-inline'" not in csp
+    assert headers["x-frame-options"] == "DENY"
+    assert headers["x-content-type-options"] == "nosniff"
+    assert headers["referrer-policy"] == "no-referrer"
+    status, headers, icon = raw_request(
+        server.port, b"GET /favicon.svg HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    )
+    assert status == 200 and headers["content-type"] == "image/svg+xml" and b"<svg" in icon
+    status, answer = call(f"{server.url}/metrics")
+    assert status == 200 and set(answer["batching"]) >= {"queries", "batches", "largest"}
+    status, answer = call(
+        f"{server.url}/search", {"text": "battery", "model": "minilm", "k": 3, "row": True}
+    )
+    assert status == 200 and len(answer["hits"]) == 3
+    for hit in answer["hits"]:  # the row's other columns: not the key, the text, the vectors
+        assert set(hit["row"]) == {"product", "category", "rating"}, hit
+
+
+def test_the_page_loads_while_the_database_is_down(server: SearchServer, shop_url: str) -> None:
+    name = database_name(shop_url)
+    admin = psycopg.connect(with_database(shop_url, "postgres"), autocommit=True)
+    try:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
+        )
+        status, html = call(f"{server.url}/")
+        assert status == 200 and "<title>pgembed search</title>" in html
+        assert 'id="down"' in html and "database unavailable" in html
+    finally:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        admin.close()
