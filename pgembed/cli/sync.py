@@ -12,6 +12,7 @@ import click
 
 from pgembed import defaults
 from pgembed.catalog import registry
+from pgembed.cli import terminal
 from pgembed.cli.app import App, pass_app, stopping
 from pgembed.cli.logs import setup_logging
 from pgembed.cli.progress import progress_bar
@@ -126,7 +127,7 @@ def sync_cmd(
     if once:
         for name, reason in w.broken.items():
             if quiet:  # else the log said it already
-                click.echo(f"model {name} skipped: {reason}", err=True)
+                terminal.echo(f"model {name} skipped: {reason}", err=True)
         with app.connect() as conn:
             waiting = store.queued_count(conn, [n for n in names if n not in w.broken])
         if waiting:
