@@ -13,12 +13,19 @@
 -- here only through format('%I'); only pgembed's own triggers pass them (PUBLIC may not call
 -- these functions).
 
--- Whether a text has anything but white space (Unicode's too: NBSP, ideographic space, ...).
+-- Whether a text has anything visible: not only white space (Unicode's too: NBSP, ideographic
+-- space, ...) and characters that show nothing: zero-width and bidi format characters (U+200B-F,
+-- U+202A-E, U+2060-F, U+FEFF), the soft hyphen, fillers that render blank (Hangul U+115F, U+1160,
+-- U+3164, U+FFA0; Braille blank U+2800), variation selectors, tags. The one judge of a text,
+-- the SQL of capture, claims and counts all call it: a text it refuses is never queued, like NULL.
 -- Operators are qualified: the function is inlined into callers with any search_path.
 CREATE OR REPLACE FUNCTION pgembed._has_text_v1(t text) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
     SELECT t OPERATOR(pg_catalog.~)
-        '[^[:space:]\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff]'
+        ('[^[:space:]\u0085\u00a0\u00ad\u034f\u061c\u115f\u1160\u1680\u17b4\u17b5'
+         '\u180b-\u180f\u2000-\u200f\u2028-\u202f\u205f-\u206f\u2800\u3000\u3164'
+         '\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\U0001bca0-\U0001bca3\U0001d173-\U0001d17a'
+         '\U000e0000-\U000e007f\U000e0100-\U000e01ef]')
 $fn$;
 
 -- The text a model embeds, as an SQL expression over `alias`'s columns: the column itself when
