@@ -107,3 +107,9 @@ MIN_WINDOW = 32
 # (English needs ~4-5; the first window keeps CHARS_PER_WORD_PIECE): 64 windows of MiniLM read
 # ~130,000 characters, not 524,000. A text whose windows would need more is marked truncated.
 CHUNK_CHARS_PER_WORD_PIECE = 8
+# `pgembed load` refuses a record (a JSON line, a CSV row) longer than this many bytes, with one
+# line that says where, instead of reading on: a file with no line end (/dev/zero) grew to 22 GB,
+# and a CSV field costs ~16 times its size in memory on the way (the csv module's 4-byte buffer,
+# the COPY row), so 16 MiB keeps a load under ~300 MB. Far more than any model reads: a chunked
+# model embeds ~130,000 characters of a row.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
