@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import csv
 import gzip
+import io
 import itertools
 import json
 import zlib
@@ -59,7 +60,7 @@ class LoadResult:
 
 
 @contextmanager
-def _binary(path: Path) -> Iterator[tuple[Iterable[bytes], bool]]:
+def _binary(path: Path) -> Iterator[tuple[io.BufferedIOBase, bool]]:
     """The file's lines as bytes, and whether they are gunzipped (gzip is recognised by its
     magic bytes, whatever the suffix)."""
     try:
