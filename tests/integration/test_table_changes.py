@@ -6,6 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+import pgembed
 from helpers import REVIEWS, cli
 from pgembed.catalog import registry
 from pgembed.errors import UsageError
@@ -43,21 +44,32 @@ def test_a_unique_key_that_allows_null_is_refused(db_url: str, conn: psycopg.Con
     assert spec.key_column == "code"
 
 
-def test_a_partitioned_table_is_refused(conn: psycopg.Connection) -> None:
+def test_a_partitioned_table_is_refused_with_advice_that_works(
+    conn: psycopg.Connection, db_url: str
+) -> None:
     conn.execute(
         "CREATE TABLE public.parted (id int PRIMARY KEY, body text) PARTITION BY RANGE (id)"
     )
     conn.execute(
         "CREATE TABLE public.parted_1 PARTITION OF public.parted FOR VALUES FROM (0) TO (100)"
     )
+    conn.execute("INSERT INTO parted VALUES (1, 'The battery died in an hour.')")
     with pytest.raises(UsageError, match=r"is partitioned: not supported .*concurrently"):
         add(conn, "minilm", "parted", "body")
+    # A partition cannot take the model's column: refused the same way, not PostgreSQL's error.
+    with pytest.raises(UsageError, match=r"is a partition of public.parted: not supported"):
+        add(conn, "minilm", "parted_1", "body")
     assert not registry.exists(conn, "minilm")
     columns = conn.execute(
         "SELECT count(*) FROM pg_attribute "
-        "WHERE attrelid = 'public.parted'::regclass AND attnum > 0"
+        "WHERE attrelid IN ('public.parted'::regclass, 'public.parted_1'::regclass) AND attnum > 0"
     ).fetchone()
-    assert columns == (2,)
+    assert columns == (4,)
+    # The advice works: a plain copy of the key and the text takes the model.
+    conn.execute("CREATE TABLE public.parted_texts AS SELECT id, body FROM public.parted")
+    conn.execute("ALTER TABLE public.parted_texts ADD PRIMARY KEY (id)")
+    add(conn, "minilm", "parted_texts", "body")
+    assert pgembed.sync_once(database_url=db_url).written == 1
 
 
 @pytest.mark.parametrize("kind", ["STORED", "VIRTUAL"])
