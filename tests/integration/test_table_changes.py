@@ -140,3 +140,32 @@ def test_a_broken_model_is_reported_and_removable(
         "AND NOT attisdropped)"
     ).fetchone()
     assert leftovers == (0, 0, 0)
+
+
+def test_rows_written_while_the_text_column_was_renamed_are_embedded_after_it_is_back(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    """A rename breaks the model (status says so) but loses no change: rows inserted and texts
+    updated meanwhile are queued by key, and embedded once the column has its name back."""
+    conn.execute("CREATE TABLE public.reviews (id int PRIMARY KEY, body text)")
+    conn.cursor().executemany("INSERT INTO public.reviews VALUES (%s, %s)", REVIEWS)
+    add(conn, "minilm", "reviews", "body")
+    assert pgembed.sync_once(database_url=db_url).written == len(REVIEWS)
+    conn.execute("ALTER TABLE public.reviews RENAME COLUMN body TO content")
+    conn.execute("INSERT INTO public.reviews VALUES (100, 'Arrived broken, refund refused.')")
+    conn.execute("INSERT INTO public.reviews VALUES (101, ' ')")  # blank: judged at the claim
+    conn.execute("UPDATE public.reviews SET content = 'Now it squeaks.' WHERE id = 1")
+    assert pgembed.sync_once(database_url=db_url).written == 0  # broken: nothing served
+    conn.execute("ALTER TABLE public.reviews RENAME COLUMN content TO body")
+    result = pgembed.sync_once(database_url=db_url)
+    assert (result.written, result.failed) == (2, 0)
+    missing = conn.execute(
+        "SELECT id FROM public.reviews WHERE embedding_minilm IS NULL ORDER BY id"
+    ).fetchall()
+    assert missing == [(101,)]
+    left = conn.execute(
+        "SELECT (SELECT count(*) FROM pgembed.queue), (SELECT count(*) FROM pgembed.inbox)"
+    ).fetchone()
+    assert left == (0, 0)
+    with pgembed.Client(db_url) as client:  # row 1's vector is its new text's
+        assert client.search("minilm", "Now it squeaks.", k=1)[0].key == 1

@@ -43,7 +43,9 @@ $fn$;
 -- NULL, or why a capture trigger cannot run: a column it names was renamed or dropped. The
 -- application's write then goes on without it (a WARNING says so); `pgembed status` marks the
 -- model broken. Checked in the catalog, not by catching the error: a subtransaction per row
--- would slow every bulk UPDATE.
+-- would slow every bulk UPDATE. Only the key and vector columns are needed to capture: with a
+-- text column missing the triggers queue the row by key (its text is judged when it is claimed,
+-- once the column is back), so a rename and its undoing lose no change.
 CREATE OR REPLACE FUNCTION pgembed._missing_column_v1(rel oid, model text, columns text[]) RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT format('pgembed model %s: table %s has no column %s any more (renamed or dropped?), '
@@ -98,7 +100,8 @@ AS $fn$
 DECLARE
     queued bigint;
     texts text[] := string_to_array(TG_ARGV[2], ',');
-    missing text := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], TG_ARGV[1:1] || texts);
+    missing text := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], TG_ARGV[1:1]);
+    texts_missing boolean := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], texts) IS NOT NULL;
 BEGIN
     IF missing IS NOT NULL THEN
         RAISE WARNING '%', missing;
@@ -107,8 +110,10 @@ BEGIN
     EXECUTE format(
         'INSERT INTO pgembed.inbox (model, key, seq)
          SELECT $1, n.%1$I::text, $2 FROM pgembed_new n
-         WHERE n.%1$I IS NOT NULL AND pgembed._has_text_v1((%2$s)::text)',
-        TG_ARGV[1], pgembed._text_v1(texts, 'n'))
+         WHERE n.%1$I IS NOT NULL AND %2$s',
+        TG_ARGV[1], CASE WHEN texts_missing THEN 'true'  -- judged at the claim
+                         ELSE format('pgembed._has_text_v1((%s)::text)',
+                                     pgembed._text_v1(texts, 'n')) END)
         USING TG_ARGV[0], pg_current_xact_id()::text::bigint;
     GET DIAGNOSTICS queued = ROW_COUNT;
     IF queued > 0 THEN
@@ -139,8 +144,8 @@ DECLARE
     text_changed boolean;
     vector_missing boolean;
     texts text[] := string_to_array(TG_ARGV[2], ',');
-    missing text := pgembed._missing_column_v1(
-        TG_RELID, TG_ARGV[0], TG_ARGV[1:1] || texts || TG_ARGV[3:3]);
+    missing text := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], TG_ARGV[1:1] || TG_ARGV[3:3]);
+    texts_missing boolean := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], texts) IS NOT NULL;
     -- Only a chunked model's triggers pay for the lookup: this runs for every row updated.
     chunks regclass := CASE WHEN TG_NARGS > 4
                             THEN pgembed._chunk_table_v1(TG_ARGV[0], TG_ARGV[4]) END;
@@ -149,11 +154,16 @@ BEGIN
         RAISE WARNING '%', missing;
         RETURN NEW;
     END IF;
+    -- A text column missing: the text may have changed and is judged at the claim.
     EXECUTE format(
-        'SELECT ($1).%1$I::text, ($2).%1$I::text, pgembed._has_text_v1((%2$s)::text),
-                (%4$s)::text IS DISTINCT FROM (%2$s)::text, ($2).%3$I IS NULL',
-        TG_ARGV[1], pgembed._text_v1(texts, '($2)'), TG_ARGV[3],
-        pgembed._text_v1(texts, '($1)'))
+        'SELECT ($1).%1$I::text, ($2).%1$I::text, %2$s, %4$s, ($2).%3$I IS NULL',
+        TG_ARGV[1],
+        CASE WHEN texts_missing THEN 'true'
+             ELSE format('pgembed._has_text_v1((%s)::text)', pgembed._text_v1(texts, '($2)')) END,
+        TG_ARGV[3],
+        CASE WHEN texts_missing THEN 'true'
+             ELSE format('(%s)::text IS DISTINCT FROM (%s)::text',
+                         pgembed._text_v1(texts, '($1)'), pgembed._text_v1(texts, '($2)')) END)
         INTO old_key, new_key, has_text, text_changed, vector_missing
         USING OLD, NEW;
     IF old_key IS DISTINCT FROM new_key THEN
