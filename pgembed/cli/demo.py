@@ -15,6 +15,7 @@ from psycopg import sql
 
 from pgembed import db, migrate, samples
 from pgembed.catalog import registry
+from pgembed.cli import terminal
 from pgembed.cli.app import App, pass_app
 from pgembed.cli.progress import progress_bar
 from pgembed.errors import UsageError
@@ -38,7 +39,7 @@ QUERIES = (
 @pass_app
 def demo_cmd(app: App, reset: bool) -> None:
     """Embed sample reviews (pgembed_demo.reviews) with two poolings and compare their answers."""
-    (reset_demo if reset else run)(app.url, click.echo)
+    (reset_demo if reset else run)(app.url, terminal.echo)
 
 
 def run(url: str, echo: Callable[[str], None]) -> None:
