@@ -33,13 +33,35 @@ def validate_url(url: str) -> str:
     Checked before the driver sees the URL: libpq's own errors about a malformed one quote parts
     of it, a password among them (`failed to resolve host 'ss@host'` for `u:pa@ss@host`)."""
     scheme, sep, _ = url.partition("://")
-    if sep and scheme in ("postgres", "postgresql"):
-        problem = _misread(url)
+    if not (sep and _SCHEME.fullmatch(scheme)):
+        # Without a scheme no part of it is known to be a password: none of it is quoted.
+        raise ConfigError(f"malformed database URL (not shown): {_schemeless(url)}; {EXPECTED}")
+    if scheme not in ("postgres", "postgresql"):
+        problem: str | None = f"the scheme is {scheme!r}, not postgresql:// or postgres://"
     else:
-        problem = "expected postgresql://user@host:port/dbname"
+        problem = _misread(url)
     if problem:
         raise ConfigError(f"malformed database URL {redact(url)!r}: {problem}")
     return url
+
+
+EXPECTED = "write postgresql://user:password@host:port/dbname"
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,19}")
+
+
+def _schemeless(url: str) -> str:
+    """What is wrong with a URL that has no `scheme://`, in words that quote none of it."""
+    head = url.lower()
+    if head.startswith(("postgresql:", "postgres:")):
+        return "no '//' after the scheme"
+    if head.startswith(("postgresql/", "postgres/")):
+        return "no ':' between the scheme and '//'"
+    fields = url.split(":")
+    if len(fields) >= 5 and (fields[1].isdigit() or fields[1] == "*"):
+        return "this is a .pgpass line (host:port:database:user:password), not a URL"
+    if "=" in url:
+        return "a keyword connection string (host=... dbname=...) is not accepted"
+    return "no postgresql:// scheme"
 
 
 def _misread(url: str) -> str | None:
@@ -53,11 +75,16 @@ def _misread(url: str) -> str | None:
     try:
         options = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
-        reason = _QUOTED.sub('"..."', str(exc).strip())  # libpq quotes the offending text
-        return f"{reason} ({ENCODE_HINT})"
+        return f"{unquoted(exc)} ({ENCODE_HINT})"
     if "@" in str(options.get("host") or "") or "@" in parts.path:
         return f"an '@' after the user name and password ({ENCODE_HINT})"
     return None
+
+
+def unquoted(exc: Exception) -> str:
+    """libpq's complaint about a connection string without the text it quotes, which may be a
+    password."""
+    return _QUOTED.sub('"..."', str(exc).strip())
 
 
 ENCODE_HINT = "percent-encode @ : / ? # & in a user name or password, e.g. @ as %40"
@@ -70,12 +97,19 @@ def redact(url: str) -> str:
 
     Masks `user:secret@` (up to the last '@', as a password may hold '@', '/', '?' or '#'),
     `?password=secret` and `sslpassword=` in a query (key percent-encoded or not, the value up to
-    the next `&key=`), and `password=secret` or `password='...'` in a keyword string. Masks too
-    much rather than too little (`h:5432/db?user=me@corp` prints as `h:***@corp`)."""
+    the next `&key=`), and `password=secret` or `password='...'` in a keyword string; anything
+    else without a scheme (`postgres:secret@host`, a .pgpass line) is not shown at all. Masks
+    too much rather than too little."""
     scheme, sep, rest = url.partition("://")
-    if not sep:
-        return _KEYWORD.sub(_mask, url)
+    if not (sep and _SCHEME.fullmatch(scheme)):
+        return _KEYWORD.sub(_mask, url) if _is_keyword_string(url) else "(not shown)"
     return f"{scheme}://{_redact_userinfo(_QUERY_PARAM.sub(_mask, rest))}"
+
+
+def _is_keyword_string(text: str) -> bool:
+    """Whether `text` reads as `key=value ...`: else which part is a password is unknown
+    (`postgres:secret@host`, a .pgpass line)."""
+    return _KEYWORD_START.match(text) is not None
 
 
 def without_password(url: str) -> str:
@@ -105,6 +139,7 @@ _KEY = r"(?P<key>(?:[\w.-]|%[0-9A-Fa-f]{2})+)"
 # In a query a value runs to the next `&key=`: libpq splits `password=a&b` at '&' and then quotes
 # `b` in its error, so `b` is masked too.
 _QUERY_PARAM = re.compile(rf"(?<=[?&]){_KEY}(?P<eq>=)(?P<value>[^&]*(?:&[^&=]*(?=&|$))*)")
+_KEYWORD_START = re.compile(r"\s*[A-Za-z_]\w*\s*=")
 _KEYWORD = re.compile(
     rf"(?<![\w%]){_KEY}(?P<eq>\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'|\S*(?:\s+[^\s=']+(?=\s|$)(?!\s*=))*)"
 )

@@ -26,7 +26,9 @@ def connect(url: str, *, autocommit: bool = True, vector: bool = True) -> psycop
     try:
         conn = psycopg.connect(url, **{**_connect_options(), "autocommit": autocommit})
     except psycopg.ProgrammingError as exc:
-        raise ConfigError(f"malformed database URL {config.redact(url)!r}: {exc}") from None
+        raise ConfigError(
+            f"malformed database URL {config.redact(url)!r}: {config.unquoted(exc)}"
+        ) from None
     except psycopg.OperationalError as exc:
         raise DatabaseError(f"cannot connect to {config.redact(url)}: {first_line(exc)}") from None
     pin(conn)

@@ -114,3 +114,10 @@ QUERY_BATCH = 32
 QUERY_BATCH_WAIT = 0.002
 # Requests `pgembed serve` answers at once at most; past it a 503 with Retry-After.
 SERVE_MAX_IN_FLIGHT = 256
+
+# `pgembed load` refuses a record (a JSON line, a CSV row) longer than this many bytes, with one
+# line that says where, instead of reading on: a file with no line end (/dev/zero) grew to 22 GB,
+# and a CSV field costs ~16 times its size in memory on the way (the csv module's 4-byte buffer,
+# the COPY row), so 16 MiB keeps a load under ~300 MB. Far more than any model reads: a chunked
+# model embeds ~130,000 characters of a row.
+MAX_RECORD_BYTES = 16 * 1024 * 1024

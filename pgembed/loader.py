@@ -6,6 +6,10 @@ column parses as one, else text; `--types` overrides), and the key column as pri
 in with COPY through a temporary table and then `INSERT ... ON CONFLICT (key) DO NOTHING`: a
 re-load skips keys already there (it never rewrites a row, so it never queues rows for embedding
 again), and the whole load is one transaction: a bad line leaves nothing behind.
+
+Memory stays bounded: records stream from the file to COPY one at a time, and a record longer
+than defaults.MAX_RECORD_BYTES (a file with no line end, a runaway quoted CSV field) is refused
+where it starts, read no further than that.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import codecs
 import csv
 import gzip
+import io
 import itertools
 import json
 import zlib
@@ -24,7 +29,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from pgembed import columntypes
+from pgembed import columntypes, defaults
 from pgembed.catalog import naming, tables
 from pgembed.columntypes import TEXT, TYPE_NAMES, Record, Value
 from pgembed.errors import NotFoundError, UsageError
@@ -55,7 +60,7 @@ class LoadResult:
 
 
 @contextmanager
-def _binary(path: Path) -> Iterator[tuple[Iterable[bytes], bool]]:
+def _binary(path: Path) -> Iterator[tuple[io.BufferedIOBase, bool]]:
     """The file's lines as bytes, and whether they are gunzipped (gzip is recognised by its
     magic bytes, whatever the suffix)."""
     try:
@@ -72,25 +77,38 @@ def _binary(path: Path) -> Iterator[tuple[Iterable[bytes], bool]]:
             yield unzipped, True
 
 
-def read_lines(path: Path) -> Iterator[str]:
-    """The file's lines (line ends kept), decoded; a bad byte or a cut gzip is one clear error."""
+def read_lines(path: Path, limit: int = defaults.MAX_RECORD_BYTES) -> Iterator[str]:
+    """The file's lines (line ends kept), decoded; a bad byte, a NUL, a cut gzip or a line longer
+    than `limit` bytes is one clear error (a line is never read past `limit`)."""
     with _binary(path) as (f, gzipped):
         offset = 0
-        lines = iter(f)
         for number in itertools.count(1):
             try:
-                raw = next(lines, None)
+                raw = f.readline(limit + 1)
             except (EOFError, zlib.error, OSError) as exc:  # gzip.BadGzipFile is an OSError
                 what = "the gzip data is truncated or corrupt" if gzipped else "cannot read it"
                 raise UsageError(f"{path}: {what} ({exc})") from None
-            if raw is None:
+            if not raw:
                 return
+            if len(raw) > limit:
+                raise UsageError(f"{path}:{number}: {too_long(limit)}")
             yield _decoded(path, raw, number, offset, gzipped)
             offset += len(raw)
 
 
+def too_long(limit: int) -> str:
+    return (
+        f"a record longer than {limit // 2**20} MiB (a missing line end, an unclosed quote?): "
+        "split the text or load it another way"
+    )
+
+
 def _decoded(path: Path, raw: bytes, number: int, offset: int, gzipped: bool) -> str:
     start = len(codecs.BOM_UTF8) if number == 1 and raw.startswith(codecs.BOM_UTF8) else 0
+    nul = raw.find(b"\0", start)
+    if nul >= 0:
+        where = f"byte offset {offset + nul}" + (" unzipped" if gzipped else "")
+        raise UsageError(f"{path}:{number}: a NUL byte at {where}: PostgreSQL text cannot hold it")
     try:
         return raw[start:].decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -141,12 +159,36 @@ def _jsonl(path: Path, lines: Iterable[str]) -> Iterator[tuple[int, Record]]:
 
 
 def _csv(path: Path, lines: Iterable[str]) -> Iterator[tuple[int, Record]]:
-    csv.field_size_limit(2**31 - 1)  # long documents exceed the default 128 KiB
-    reader = csv.DictReader(lines)
+    csv.field_size_limit(2**31 - 1)  # long documents exceed the default 128 KiB; see _Budget
+    budget = _Budget(path)
+    reader = csv.DictReader(budget.lines(lines))
+    _ = reader.fieldnames  # reads the header: a row's budget starts after it
+    budget.used = 0
     for record in reader:
+        budget.used = 0
         if None in record:
             raise UsageError(f"{path}:{reader.line_num}: more fields than the header has")
         yield reader.line_num, {k: v if v != "" else None for k, v in record.items()}
+
+
+@dataclass
+class _Budget:
+    """A CSV row may span lines (a quoted field with line ends): the lines fed to the csv reader
+    since the last row it gave, in characters, are its size, bounded like a line's."""
+
+    path: Path
+    used: int = 0
+    limit: int = defaults.MAX_RECORD_BYTES
+    start: int = 1  # the line the current row starts on
+
+    def lines(self, lines: Iterable[str]) -> Iterator[str]:
+        for number, line in enumerate(lines, 1):
+            if self.used == 0:
+                self.start = number
+            self.used += len(line)
+            if self.used > self.limit:
+                raise UsageError(f"{self.path}:{self.start}: {too_long(self.limit)}")
+            yield line
 
 
 def joined(record: Mapping[str, Value], columns: Sequence[str]) -> str:

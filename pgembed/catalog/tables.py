@@ -27,6 +27,7 @@ class TableInfo:
     not_null: frozenset[str] = frozenset()
     generated: frozenset[str] = frozenset()  # GENERATED ALWAYS AS (...) columns
     partitioned: bool = False
+    partition_of: str | None = None  # the partitioned table this one is a partition of
 
 
 def inspect(conn: psycopg.Connection, schema: str, name: str) -> TableInfo:
@@ -48,9 +49,10 @@ def inspect(conn: psycopg.Connection, schema: str, name: str) -> TableInfo:
         columns,
         primary,
         unique,
-        not_null=frozenset(column for _, column, not_null, _ in flags if not_null),
-        generated=frozenset(column for _, column, _, generated in flags if generated),
+        not_null=frozenset(column for _, column, not_null, *_ in flags if not_null),
+        generated=frozenset(column for _, column, _, generated, _ in flags if generated),
         partitioned=any(partitioned for partitioned, *_ in flags),
+        partition_of=next((parent for *_, parent in flags if parent), None),
     )
 
 
@@ -62,14 +64,21 @@ def is_table(conn: psycopg.Connection, schema: str, name: str) -> bool:
 
 def watchable(info: TableInfo) -> TableInfo:
     """`info`, if pgembed can watch the table: a partitioned one needs per-partition indexes
-    and CREATE INDEX CONCURRENTLY (full-text, reindex, alter), which pgembed does not do."""
+    and CREATE INDEX CONCURRENTLY (full-text, reindex, alter), which pgembed does not do; a
+    partition cannot have a column of its own (the model's vector)."""
     if info.partitioned:
-        raise UsageError(
-            f"table {info.schema}.{info.name} is partitioned: not supported (pgembed builds its "
-            "indexes concurrently, which PostgreSQL refuses on a partitioned table); "
-            "add the model to each partition instead"
-        )
-    return info
+        what = "is partitioned"
+    elif info.partition_of:
+        what = f"is a partition of {info.partition_of}"
+    else:
+        return info
+    raise UsageError(
+        f"table {info.schema}.{info.name} {what}: not supported (pgembed adds its vector column to "
+        "the table, which PostgreSQL allows only on a whole partitioned table, and builds its "
+        "indexes concurrently, which PostgreSQL refuses on one); embed a plain table of the key "
+        "and the text instead: one the application writes beside it, or a copy (`CREATE TABLE t "
+        "AS SELECT key, text FROM ...; ALTER TABLE t ADD PRIMARY KEY (key)`)"
+    )
 
 
 def exists(conn: psycopg.Connection, schema: str, name: str) -> bool:

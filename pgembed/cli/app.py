@@ -16,6 +16,7 @@ import click
 import psycopg
 
 from pgembed import config, db, locate, migrate
+from pgembed.cli import terminal
 from pgembed.errors import PgembedError
 
 URL_HELP = (
@@ -62,7 +63,7 @@ class App:
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    click.echo(f"pgembed: error: {message}", err=True)
+    terminal.echo(f"pgembed: error: {message}", err=True)
     sys.exit(code)
 
 

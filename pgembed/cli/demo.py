@@ -15,6 +15,7 @@ from psycopg import sql
 
 from pgembed import db, migrate, samples
 from pgembed.catalog import registry
+from pgembed.cli import terminal
 from pgembed.cli.app import App, pass_app
 from pgembed.cli.progress import progress_bar
 from pgembed.embedded import server
@@ -40,9 +41,9 @@ QUERIES = (
 def demo_cmd(app: App, reset: bool) -> None:
     """Embed sample reviews (pgembed_demo.reviews) with two poolings and compare their answers."""
     if reset:
-        reset_demo(app.url, click.echo)
+        reset_demo(app.url, terminal.echo)
     else:
-        run(app.url, click.echo, where=location(app.explicit_url))
+        run(app.url, terminal.echo, where=location(app.explicit_url))
 
 
 def location(explicit_url: str | None) -> str:

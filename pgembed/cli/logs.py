@@ -6,6 +6,15 @@ import json
 import logging
 import time
 
+from pgembed.cli.terminal import printable
+
+
+class TextFormatter(logging.Formatter):
+    """One line per event, whatever database text its message carries shown inert."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record), lines=True)
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
@@ -27,7 +36,7 @@ def setup_logging(fmt: str = "text", *, quiet: bool = False) -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("pgembed")
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING if quiet else logging.INFO)

@@ -9,6 +9,7 @@ import click
 
 from pgembed import defaults
 from pgembed.catalog import naming, registry
+from pgembed.cli import terminal
 from pgembed.cli.app import App, pass_app
 from pgembed.cli.reindex import (
     describe,
@@ -121,7 +122,7 @@ def model_add(
     )
     with app.connect() as conn:
         spec, queued = models.add(conn, request, on_wait=_say_waiting)
-    click.echo(
+    terminal.echo(
         f"added model {spec.name}: {spec.model_ref} ({spec.pooling} pooling, {spec.dimensions} "
         f"dimensions) on {spec.qualified_table}.{'+'.join(spec.text_columns)} -> "
         f"{spec.embedding_column}"
@@ -152,7 +153,7 @@ def model_list(app: App, as_json: bool) -> None:
     if not specs:
         click.echo("no models: add one with `pgembed model add`")
     for s in specs:
-        click.echo(
+        terminal.echo(
             f"{s.name}\t{s.qualified_table}.{'+'.join(s.text_columns)} -> {s.embedding_column}\t"
             f"{s.model_ref}\t{s.pooling}\t{s.dimensions}d"
         )

@@ -8,6 +8,7 @@ import json
 import click
 
 from pgembed.cli.app import App, pass_app
+from pgembed.cli.terminal import printable
 from pgembed.encode import embedder
 from pgembed.errors import UsageError
 from pgembed.search import planner
@@ -63,9 +64,10 @@ def query_cmd(
         return
     for h in hits:
         score = f"{h.similarity:.3f}" if isinstance(h, planner.Hit) else f"{h.score:.4f}"
-        click.echo(f"{h.key}\t{score}\t{snippet(h.text)}")
+        click.echo(f"{printable(h.key)}\t{score}\t{snippet(h.text)}")
 
 
 def snippet(text: str, width: int = 100) -> str:
-    flat = " ".join(text.split())
+    """The text on one line, cut at `width`, its control characters shown as escapes."""
+    flat = printable(" ".join(text.split()))
     return flat if len(flat) <= width else flat[: width - 1] + "…"

@@ -9,6 +9,7 @@ from typing import Any
 import click
 import psycopg
 
+from pgembed.cli import terminal
 from pgembed.cli.app import App, pass_app
 from pgembed.lifecycle import status
 
@@ -26,7 +27,7 @@ def status_cmd(app: App, as_json: bool, watch: bool, interval: float) -> None:
             text = json.dumps(report, indent=2) if as_json else _status_text(conn, report)
             if watch:
                 click.clear()
-            click.echo(text)
+            terminal.echo(text)
             if not watch:
                 return
             time.sleep(interval)
@@ -84,7 +85,9 @@ def _status_text(conn: psycopg.Connection, report: list[dict[str, Any]]) -> str:
     if failed:
         lines.append("recent failures (`pgembed retry` requeues them):")
         lines += [
-            f"  {f['model']} key={f['key']} attempts={f['attempts']}: {f['error']}" for f in failed
+            f"  {f['model']} key={terminal.printable(f['key'])} attempts={f['attempts']}: "
+            f"{terminal.printable(f['error'])}"
+            for f in failed
         ]
     return "\n".join(lines)
 

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import click
+import psycopg
 
-from pgembed import defaults
+from pgembed import db, defaults
 from pgembed.catalog import registry
+from pgembed.cli import terminal
 from pgembed.cli.app import App, pass_app, stopping
 from pgembed.cli.logs import setup_logging
 from pgembed.cli.progress import progress_bar
 from pgembed.encode import hardware
+from pgembed.errors import DatabaseError
 from pgembed.sync import store, worker
 
 F = Callable[..., Any]
@@ -109,11 +113,7 @@ def sync_cmd(
         device=device,
     )
     url = app.url
-    with app.connect() as conn:
-        names = model_names or tuple(s.name for s in registry.all_models(conn))
-        for name in names:
-            registry.get(conn, name)
-        total = store.queued_count(conn, names) if once else None
+    names, total = _first_contact(app, model_names, once)
     with progress_bar(total, "embedding", enabled=once) as advance:
         # reached: the check above got through, so a fault from here on is a restart to ride out
         w = worker.Worker(url, options, on_progress=lambda _model, n: advance(n), reached=True)
@@ -126,11 +126,38 @@ def sync_cmd(
     if once:
         for name, reason in w.broken.items():
             if quiet:  # else the log said it already
-                click.echo(f"model {name} skipped: {reason}", err=True)
+                terminal.echo(f"model {name} skipped: {reason}", err=True)
         with app.connect() as conn:
             waiting = store.queued_count(conn, [n for n in names if n not in w.broken])
         if waiting:
             click.echo(f"{waiting} rows wait for a retry after a failure: see `pgembed status`")
+
+
+def _first_contact(
+    app: App, model_names: tuple[str, ...], once: bool
+) -> tuple[tuple[str, ...], int | None]:
+    """The models to serve (each one checked) and, with --once, the rows queued for them.
+
+    A daemon started before its database is up (a boot, a compose file) waits for it, saying so
+    on each try; --once reports the fault at once (its caller, a script or cron, decides), and
+    so does any daemon for a fault that waiting will not heal (authentication, no such database,
+    a missing schema)."""
+    backoff = worker.Backoff(defaults.MAX_BACKOFF_SECONDS)
+    while True:
+        try:
+            with app.connect() as conn:
+                names = model_names or tuple(s.name for s in registry.all_models(conn))
+                for name in names:
+                    registry.get(conn, name)
+                return names, store.queued_count(conn, names) if once else None
+        except (DatabaseError, psycopg.OperationalError) as exc:
+            if once or worker.permanent(exc):
+                raise
+            delay = backoff.next()
+            logging.getLogger("pgembed.sync").warning(
+                "database unavailable (%s), retrying in %.1f s", db.first_line(exc), delay
+            )
+            time.sleep(delay)
 
 
 def _finish(w: worker.Worker) -> None:

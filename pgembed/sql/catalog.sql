@@ -79,8 +79,14 @@ JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
 WHERE n.nspname OPERATOR(pg_catalog.=) 'pgembed';
 
 -- name: table_column_flags
--- Whether the table is partitioned, and which of its columns are NOT NULL and which GENERATED.
-SELECT c.relkind = 'p', a.attname, a.attnotnull, a.attgenerated IN ('s', 'v')
+-- Whether the table is partitioned, which of its columns are NOT NULL and which GENERATED, and
+-- the partitioned table it is a partition of (quoted, qualified), if any.
+SELECT c.relkind = 'p', a.attname, a.attnotnull, a.attgenerated IN ('s', 'v'),
+       (SELECT pg_catalog.format('%%I.%%I', pn.nspname, pc.relname)
+        FROM pg_catalog.pg_inherits i
+        JOIN pg_catalog.pg_class pc ON pc.oid = i.inhparent
+        JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace
+        WHERE c.relispartition AND i.inhrelid = c.oid)
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 WHERE c.oid = %(oid)s::pg_catalog.oid;

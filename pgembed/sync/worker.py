@@ -41,7 +41,8 @@ _PERMANENT_SQLSTATES = {"28000", "28P01", "3D000"}
 _PERMANENT_MESSAGES = ("authentication failed", "no pg_hba.conf entry", "does not exist")
 
 
-def _permanent(exc: Exception) -> bool:
+def permanent(exc: Exception) -> bool:
+    """Whether a database fault will not heal by waiting (authentication, no such database)."""
     if getattr(exc, "sqlstate", None) in _PERMANENT_SQLSTATES:
         return True
     return any(fragment in str(exc) for fragment in _PERMANENT_MESSAGES)
@@ -133,7 +134,7 @@ class Worker:
                 self._session()
                 return self.stats
             except (psycopg.OperationalError, DatabaseError) as exc:
-                if not self._reached or _permanent(exc):
+                if not self._reached or permanent(exc):
                     if isinstance(exc, DatabaseError):
                         raise
                     raise DatabaseError(f"database error: {db.first_line(exc)}") from None

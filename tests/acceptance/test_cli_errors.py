@@ -36,6 +36,15 @@ def test_bad_urls_are_one_line_and_never_show_the_password(url: str, fragment: s
     assert "bob:***@" in result.stderr
 
 
+@pytest.mark.parametrize(
+    "url", ["postgres:hunter2@db/app", "postgresql//bob:hunter2@db/app", "db:5432:app:bob:hunter2"]
+)
+def test_urls_without_a_scheme_never_show_the_password(url: str) -> None:
+    result = run_cli("--database-url", url, "status")
+    assert_one_line_error(result, 1, "malformed database URL (not shown): ")
+    assert "hunter2" not in result.stderr + result.stdout
+
+
 def test_url_from_environment_is_used_and_redacted() -> None:
     result = run_cli(
         "status", env={"PGEMBED_DATABASE_URL": "postgresql://bob:hunter2@127.0.0.1:1/x"}

@@ -59,3 +59,51 @@ def test_each_bad_text_has_one_clear_outcome_in_chunks(
     assert truncated == [("1",)]
     (status,) = pgembed.status(database_url=db_url)
     assert (status["rows_embedded"], status["chunks"]) == (4, defaults.MAX_WINDOWS - 1)
+
+
+# Texts that show nothing: each alone, and all of them with white space.
+INVISIBLE = [
+    "\u2060",  # word joiner
+    "\u200c",  # zero-width non-joiner
+    "\u200d",  # zero-width joiner
+    "\u00ad",  # soft hyphen
+    "\u2800",  # Braille blank
+    "\u3164",  # Hangul filler
+    "\u200b",  # zero-width space
+    "\u200e\u200f",  # left-to-right and right-to-left marks
+    "\u202e",  # right-to-left override
+    "\u2066\u2069",  # isolates
+    "\ufeff",  # byte-order mark
+    "\u115f\u1160\uffa0",  # Hangul choseong and jungseong fillers, halfwidth filler
+    "\u034f",  # combining grapheme joiner
+    "\ufe0f",  # variation selector 16
+    "\U000e0041\U000e007f",  # tag characters
+    "\u2061\u2062\u2063\u2064",  # invisible operators
+    " \u2060\t\u200d\n\u00ad\u2800 \u3164",
+]
+
+
+def test_texts_that_show_nothing_are_blank(conn: psycopg.Connection, db_url: str) -> None:
+    """Like white space: never queued, no vector; an embedded row updated to one loses its
+    vector and is not queued again."""
+    conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
+    rows = [(i, text) for i, text in enumerate(INVISIBLE)] + [(100, "A visible review.")]
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO docs VALUES (%s, %s)", rows)
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+    assert conn.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (1,)
+    with conn.cursor() as cur:  # inserted after `model add`: through the capture trigger
+        cur.executemany("INSERT INTO docs VALUES (%s, %s)", [(i + 50, t) for i, t in rows[:-1]])
+    result = pgembed.sync_once(database_url=db_url)
+    assert (result.written, result.failed) == (1, 0)
+    embedded = conn.execute("SELECT id FROM docs WHERE embedding_minilm IS NOT NULL")
+    assert embedded.fetchall() == [(100,)]
+    conn.execute("UPDATE docs SET body = %s WHERE id = 100", ("\u2060\u200d",))
+    left = conn.execute(
+        "SELECT (SELECT count(*) FROM pgembed.queue), (SELECT count(*) FROM pgembed.inbox), "
+        "(SELECT count(embedding_minilm) FROM docs)"
+    ).fetchone()
+    assert left == (0, 0, 0)
+    # Visible text beside invisible characters is text.
+    conn.execute("UPDATE docs SET body = %s WHERE id = 100", ("\u2060soft\u00adware\u200d",))
+    assert pgembed.sync_once(database_url=db_url).written == 1

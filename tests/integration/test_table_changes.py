@@ -6,6 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+import pgembed
 from helpers import REVIEWS, cli
 from pgembed.catalog import registry
 from pgembed.errors import UsageError
@@ -43,21 +44,32 @@ def test_a_unique_key_that_allows_null_is_refused(db_url: str, conn: psycopg.Con
     assert spec.key_column == "code"
 
 
-def test_a_partitioned_table_is_refused(conn: psycopg.Connection) -> None:
+def test_a_partitioned_table_is_refused_with_advice_that_works(
+    conn: psycopg.Connection, db_url: str
+) -> None:
     conn.execute(
         "CREATE TABLE public.parted (id int PRIMARY KEY, body text) PARTITION BY RANGE (id)"
     )
     conn.execute(
         "CREATE TABLE public.parted_1 PARTITION OF public.parted FOR VALUES FROM (0) TO (100)"
     )
+    conn.execute("INSERT INTO parted VALUES (1, 'The battery died in an hour.')")
     with pytest.raises(UsageError, match=r"is partitioned: not supported .*concurrently"):
         add(conn, "minilm", "parted", "body")
+    # A partition cannot take the model's column: refused the same way, not PostgreSQL's error.
+    with pytest.raises(UsageError, match=r"is a partition of public.parted: not supported"):
+        add(conn, "minilm", "parted_1", "body")
     assert not registry.exists(conn, "minilm")
     columns = conn.execute(
         "SELECT count(*) FROM pg_attribute "
-        "WHERE attrelid = 'public.parted'::regclass AND attnum > 0"
+        "WHERE attrelid IN ('public.parted'::regclass, 'public.parted_1'::regclass) AND attnum > 0"
     ).fetchone()
-    assert columns == (2,)
+    assert columns == (4,)
+    # The advice works: a plain copy of the key and the text takes the model.
+    conn.execute("CREATE TABLE public.parted_texts AS SELECT id, body FROM public.parted")
+    conn.execute("ALTER TABLE public.parted_texts ADD PRIMARY KEY (id)")
+    add(conn, "minilm", "parted_texts", "body")
+    assert pgembed.sync_once(database_url=db_url).written == 1
 
 
 @pytest.mark.parametrize("kind", ["STORED", "VIRTUAL"])
@@ -128,3 +140,32 @@ def test_a_broken_model_is_reported_and_removable(
         "AND NOT attisdropped)"
     ).fetchone()
     assert leftovers == (0, 0, 0)
+
+
+def test_rows_written_while_the_text_column_was_renamed_are_embedded_after_it_is_back(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    """A rename breaks the model (status says so) but loses no change: rows inserted and texts
+    updated meanwhile are queued by key, and embedded once the column has its name back."""
+    conn.execute("CREATE TABLE public.reviews (id int PRIMARY KEY, body text)")
+    conn.cursor().executemany("INSERT INTO public.reviews VALUES (%s, %s)", REVIEWS)
+    add(conn, "minilm", "reviews", "body")
+    assert pgembed.sync_once(database_url=db_url).written == len(REVIEWS)
+    conn.execute("ALTER TABLE public.reviews RENAME COLUMN body TO content")
+    conn.execute("INSERT INTO public.reviews VALUES (100, 'Arrived broken, refund refused.')")
+    conn.execute("INSERT INTO public.reviews VALUES (101, ' ')")  # blank: judged at the claim
+    conn.execute("UPDATE public.reviews SET content = 'Now it squeaks.' WHERE id = 1")
+    assert pgembed.sync_once(database_url=db_url).written == 0  # broken: nothing served
+    conn.execute("ALTER TABLE public.reviews RENAME COLUMN content TO body")
+    result = pgembed.sync_once(database_url=db_url)
+    assert (result.written, result.failed) == (2, 0)
+    missing = conn.execute(
+        "SELECT id FROM public.reviews WHERE embedding_minilm IS NULL ORDER BY id"
+    ).fetchall()
+    assert missing == [(101,)]
+    left = conn.execute(
+        "SELECT (SELECT count(*) FROM pgembed.queue), (SELECT count(*) FROM pgembed.inbox)"
+    ).fetchone()
+    assert left == (0, 0)
+    with pgembed.Client(db_url) as client:  # row 1's vector is its new text's
+        assert client.search("minilm", "Now it squeaks.", k=1)[0].key == 1

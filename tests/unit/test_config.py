@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgembed import config
+from pgembed import config, db
 from pgembed.errors import ConfigError
 
 
@@ -100,3 +100,32 @@ def test_without_password_drops_it_from_the_user_part_and_the_query() -> None:
     assert config.without_password(url) == (
         "postgresql://u@h:5/db?sslmode=require&application_name=a"
     )
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("postgres:Hunter2Secret@host/db", "no '//' after the scheme"),
+        ("postgresql:/u:Hunter2Secret@host/db", "no '//' after the scheme"),
+        ("postgresql//u:Hunter2Secret@host/db", "no ':' between the scheme and '//'"),
+        ("host:5432:db:user:Hunter2Secret", "this is a .pgpass line"),
+        ("*:*:*:user:Hunter2Secret", "this is a .pgpass line"),
+        ("host=h password=Hunter2Secret", "a keyword connection string"),
+        ("u:Hunter2Secret@host://db", "no postgresql:// scheme"),
+        ("Hunter2Secret", "no postgresql:// scheme"),
+    ],
+)
+def test_urls_without_a_scheme_say_why_and_quote_nothing(url: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config.validate_url(url)
+    message = str(err.value)
+    assert reason in message and "write postgresql://user:password@host:port/dbname" in message
+    assert "Hunter2Secret" not in message
+    assert "Hunter2Secret" not in config.redact(url)
+
+
+def test_libpq_complaints_lose_what_they_quote() -> None:
+    with pytest.raises(ConfigError) as err:
+        db.connect("postgresql://u@h/db?password=Hunter&2Secret")  # not through validate_url
+    assert "in URI query parameter" in str(err.value)
+    assert "Hunter2Secret" not in str(err.value)

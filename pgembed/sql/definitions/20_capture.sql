@@ -13,12 +13,19 @@
 -- here only through format('%I'); only pgembed's own triggers pass them (PUBLIC may not call
 -- these functions).
 
--- Whether a text has anything but white space (Unicode's too: NBSP, ideographic space, ...).
+-- Whether a text has anything visible: not only white space (Unicode's too: NBSP, ideographic
+-- space, ...) and characters that show nothing: zero-width and bidi format characters (U+200B-F,
+-- U+202A-E, U+2060-F, U+FEFF), the soft hyphen, fillers that render blank (Hangul U+115F, U+1160,
+-- U+3164, U+FFA0; Braille blank U+2800), variation selectors, tags. The one judge of a text,
+-- the SQL of capture, claims and counts all call it: a text it refuses is never queued, like NULL.
 -- Operators are qualified: the function is inlined into callers with any search_path.
 CREATE OR REPLACE FUNCTION pgembed._has_text_v1(t text) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $fn$
     SELECT t OPERATOR(pg_catalog.~)
-        '[^[:space:]\u0085\u00a0\u1680\u180e\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff]'
+        ('[^[:space:]\u0085\u00a0\u00ad\u034f\u061c\u115f\u1160\u1680\u17b4\u17b5'
+         '\u180b-\u180f\u2000-\u200f\u2028-\u202f\u205f-\u206f\u2800\u3000\u3164'
+         '\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\U0001bca0-\U0001bca3\U0001d173-\U0001d17a'
+         '\U000e0000-\U000e007f\U000e0100-\U000e01ef]')
 $fn$;
 
 -- The text a model embeds, as an SQL expression over `alias`'s columns: the column itself when
@@ -36,7 +43,9 @@ $fn$;
 -- NULL, or why a capture trigger cannot run: a column it names was renamed or dropped. The
 -- application's write then goes on without it (a WARNING says so); `pgembed status` marks the
 -- model broken. Checked in the catalog, not by catching the error: a subtransaction per row
--- would slow every bulk UPDATE.
+-- would slow every bulk UPDATE. Only the key and vector columns are needed to capture: with a
+-- text column missing the triggers queue the row by key (its text is judged when it is claimed,
+-- once the column is back), so a rename and its undoing lose no change.
 CREATE OR REPLACE FUNCTION pgembed._missing_column_v1(rel oid, model text, columns text[]) RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT format('pgembed model %s: table %s has no column %s any more (renamed or dropped?), '
@@ -91,7 +100,8 @@ AS $fn$
 DECLARE
     queued bigint;
     texts text[] := string_to_array(TG_ARGV[2], ',');
-    missing text := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], TG_ARGV[1:1] || texts);
+    missing text := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], TG_ARGV[1:1]);
+    texts_missing boolean := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], texts) IS NOT NULL;
 BEGIN
     IF missing IS NOT NULL THEN
         RAISE WARNING '%', missing;
@@ -100,8 +110,10 @@ BEGIN
     EXECUTE format(
         'INSERT INTO pgembed.inbox (model, key, seq)
          SELECT $1, n.%1$I::text, $2 FROM pgembed_new n
-         WHERE n.%1$I IS NOT NULL AND pgembed._has_text_v1((%2$s)::text)',
-        TG_ARGV[1], pgembed._text_v1(texts, 'n'))
+         WHERE n.%1$I IS NOT NULL AND %2$s',
+        TG_ARGV[1], CASE WHEN texts_missing THEN 'true'  -- judged at the claim
+                         ELSE format('pgembed._has_text_v1((%s)::text)',
+                                     pgembed._text_v1(texts, 'n')) END)
         USING TG_ARGV[0], pg_current_xact_id()::text::bigint;
     GET DIAGNOSTICS queued = ROW_COUNT;
     IF queued > 0 THEN
@@ -132,8 +144,8 @@ DECLARE
     text_changed boolean;
     vector_missing boolean;
     texts text[] := string_to_array(TG_ARGV[2], ',');
-    missing text := pgembed._missing_column_v1(
-        TG_RELID, TG_ARGV[0], TG_ARGV[1:1] || texts || TG_ARGV[3:3]);
+    missing text := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], TG_ARGV[1:1] || TG_ARGV[3:3]);
+    texts_missing boolean := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], texts) IS NOT NULL;
     -- Only a chunked model's triggers pay for the lookup: this runs for every row updated.
     chunks regclass := CASE WHEN TG_NARGS > 4
                             THEN pgembed._chunk_table_v1(TG_ARGV[0], TG_ARGV[4]) END;
@@ -142,11 +154,16 @@ BEGIN
         RAISE WARNING '%', missing;
         RETURN NEW;
     END IF;
+    -- A text column missing: the text may have changed and is judged at the claim.
     EXECUTE format(
-        'SELECT ($1).%1$I::text, ($2).%1$I::text, pgembed._has_text_v1((%2$s)::text),
-                (%4$s)::text IS DISTINCT FROM (%2$s)::text, ($2).%3$I IS NULL',
-        TG_ARGV[1], pgembed._text_v1(texts, '($2)'), TG_ARGV[3],
-        pgembed._text_v1(texts, '($1)'))
+        'SELECT ($1).%1$I::text, ($2).%1$I::text, %2$s, %4$s, ($2).%3$I IS NULL',
+        TG_ARGV[1],
+        CASE WHEN texts_missing THEN 'true'
+             ELSE format('pgembed._has_text_v1((%s)::text)', pgembed._text_v1(texts, '($2)')) END,
+        TG_ARGV[3],
+        CASE WHEN texts_missing THEN 'true'
+             ELSE format('(%s)::text IS DISTINCT FROM (%s)::text',
+                         pgembed._text_v1(texts, '($1)'), pgembed._text_v1(texts, '($2)')) END)
         INTO old_key, new_key, has_text, text_changed, vector_missing
         USING OLD, NEW;
     IF old_key IS DISTINCT FROM new_key THEN
