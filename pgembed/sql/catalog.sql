@@ -5,6 +5,14 @@
 -- name: model_exists
 SELECT EXISTS (SELECT 1 FROM pgembed.models WHERE name = %(name)s);
 
+-- name: model_setup
+-- What is left of a model's setup (`model add`, a reindex's start): 'active' when none, else
+-- 'adding' and the steps to finish, '+'-separated (lifecycle/setup.py).
+SELECT status FROM pgembed.models WHERE name = %(name)s;
+
+-- name: set_model_setup
+UPDATE pgembed.models SET status = %(status)s WHERE name = %(name)s;
+
 -- name: delete_model
 DELETE FROM pgembed.models WHERE name = %(name)s;
 

@@ -1,0 +1,288 @@
+"""`model add`, `model remove` and a reindex's start never hold the application's writes for more
+than a moment, resume when interrupted without losing a row, and say what they are doing: the
+precision check, the index build's progress and what it waits for, a memory hint."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import numpy as np
+import psycopg
+from pgvector import Vector
+
+from helpers import run_cli
+from pgembed import db
+from pgembed.catalog import ddl, registry
+from pgembed.lifecycle import indexbuild, models, reindex, setup
+
+ROWS = 30_000
+
+
+def make_docs(conn: psycopg.Connection, rows: int = ROWS) -> None:
+    conn.execute("CREATE TABLE public.docs (id bigint PRIMARY KEY, body text)")
+    conn.execute(
+        "INSERT INTO public.docs SELECT g, 'document number ' || g FROM generate_series(1, %s) g",
+        (rows,),
+    )
+    conn.execute("ANALYZE public.docs")
+
+
+WRITER = """
+import sys, time, psycopg
+url, key = sys.argv[1], int(sys.argv[2])
+longest = 0.0
+with psycopg.connect(url, autocommit=True) as app:
+    app.execute("SET statement_timeout = '30s'")
+    print("ready", flush=True)
+    while not sys.stdin.readline().startswith("stop"):  # one line a commit: see Writer
+        started = time.monotonic()
+        app.execute("INSERT INTO public.docs VALUES (%s, 'written meanwhile ' || %s)", (key, key))
+        longest = max(longest, time.monotonic() - started)
+        key += 1
+print(longest, key, flush=True)
+"""
+
+
+class Writer:
+    """The application, in a process of its own (a thread here would share the GIL with the
+    model's load): inserts a row and commits every 20 ms; `longest` is its slowest commit."""
+
+    def __init__(self, url: str, first_id: int) -> None:
+        self.longest = -1.0
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", WRITER, url, str(first_id)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._pace)
+        self.commits = 0
+
+    def _pace(self) -> None:
+        assert self._process.stdin is not None
+        while not self._stop.wait(0.02):
+            self._process.stdin.write("go\n")
+            self._process.stdin.flush()
+            self.commits += 1
+
+    def __enter__(self) -> Writer:
+        assert self._process.stdout is not None
+        assert self._process.stdout.readline().strip() == "ready"
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        out, _ = self._process.communicate("stop\n", timeout=60)
+        self.longest = float(out.split()[0])
+
+
+def missing_keys(conn: psycopg.Connection, model: str) -> int:
+    """Rows with text that are neither embedded nor queued (queue or inbox) for `model`."""
+    row = conn.execute(
+        "SELECT count(*) FROM public.docs d WHERE NOT EXISTS (SELECT 1 FROM pgembed.queue q "
+        "WHERE q.model = %(m)s AND q.key = d.id::text) AND NOT EXISTS (SELECT 1 FROM "
+        "pgembed.inbox i WHERE i.model = %(m)s AND i.key = d.id::text)",
+        {"m": model},
+    ).fetchone()
+    return int(row[0]) if row else -1
+
+
+def test_model_add_never_holds_a_writer_for_more_than_a_moment(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    make_docs(conn)
+    request = models.AddRequest("minilm", "docs", "body", precision="fp32")
+    with Writer(db_url, ROWS + 1) as writer:
+        time.sleep(0.3)
+        started = time.monotonic()
+        spec, queued = models.add(conn, request, url=db_url)
+        took = time.monotonic() - started
+        time.sleep(0.3)
+    print(f"model add on {ROWS} rows: {took:.1f} s; writer's longest commit {writer.longest:.3f} s")
+    assert writer.commits > 10 and 0 <= writer.longest < 1.0
+    assert queued >= ROWS and missing_keys(conn, "minilm") == 0
+    assert setup.pending(conn, "minilm") is None
+    assert ddl.index_valid(conn, "public", "pgembed_minilm_hnsw") is True
+    # A reindex's start and a removal are as short for the writer.
+    with Writer(db_url, 10 * ROWS) as writer:
+        time.sleep(0.3)
+        shadow, _ = reindex.begin(conn, "minilm", reindex.Change(pooling="cls"))
+        assert missing_keys(conn, shadow.name) == 0
+        models.remove(conn, spec.name)
+        time.sleep(0.3)
+    assert writer.commits > 10 and 0 <= writer.longest < 1.0
+    left = conn.execute("SELECT count(*) FROM pgembed.queue").fetchone()
+    assert left == (0,) and not registry.exists(conn, shadow.name)
+
+
+KILLED_ADD = """
+import os, signal, sys
+from pgembed import db
+from pgembed.lifecycle import models, setup
+
+class KillAfterFirstBatch(setup.Reporter):
+    def queued(self, done, estimate):
+        os.kill(os.getpid(), signal.SIGKILL)  # after the first batch committed
+
+url = sys.argv[1]
+with db.connection(url) as conn:
+    request = models.AddRequest("minilm", "docs", "body", precision="fp32")
+    models.add(conn, request, url=url, reporter=KillAfterFirstBatch())
+"""
+
+
+def test_an_add_killed_while_queuing_resumes_and_loses_no_row(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    make_docs(conn)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_ADD, db_url],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parent.parent.parent,
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert setup.pending(conn, "minilm") == setup.Pending(index=False, fulltext=False)
+    queued = conn.execute("SELECT count(*) FROM pgembed.queue WHERE model = 'minilm'").fetchone()
+    assert queued is not None and 0 < queued[0] < ROWS  # one batch of the rows
+    conn.execute("INSERT INTO public.docs VALUES (%s, 'written after the kill')", (ROWS + 1,))
+    # An interrupted index build leaves an invalid index: the resume drops it and builds again.
+    conn.execute('DROP INDEX public."pgembed_minilm_hnsw"')
+    invalid_index(conn, db_url, "pgembed_minilm_hnsw")
+    setup.mark(conn, "minilm", setup.Pending(index=True, fulltext=False))
+
+    resumed = run_cli(
+        "--database-url", db_url, "model", "add", "minilm", "--table", "docs", "--column", "body",
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert "model minilm was not completely set up: finishing its setup" in resumed.stderr
+    assert missing_keys(conn, "minilm") == 0
+    assert setup.pending(conn, "minilm") is None
+    assert ddl.index_valid(conn, "public", "pgembed_minilm_hnsw") is True
+
+
+def invalid_index(conn: psycopg.Connection, url: str, name: str) -> None:
+    """What a CREATE INDEX CONCURRENTLY stopped half-way leaves: an index marked invalid."""
+    spec = registry.get(conn, "minilm")
+    with snapshot_holder(url), db.connection(url) as builder:
+        builder.execute("SET statement_timeout = '300ms'")
+        with suppress(psycopg.errors.QueryCanceled):
+            ddl.create_index(builder, spec, concurrently=True, name=name)
+    assert ddl.index_valid(conn, "public", name) is False
+
+
+@contextmanager
+def snapshot_holder(url: str) -> Iterator[psycopg.Connection]:
+    """A session idle in a repeatable-read transaction: it keeps its snapshot, which a
+    CREATE INDEX CONCURRENTLY anywhere in the database waits for."""
+    with psycopg.connect(url) as older:
+        older.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        older.execute("SELECT count(*) FROM pg_catalog.pg_class").fetchone()
+        yield older
+        older.rollback()
+
+
+@contextmanager
+def cli_process(*args: str) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pgembed", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parent.parent.parent,
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(30)
+
+
+def test_model_add_says_what_it_does_in_order(conn: psycopg.Connection, db_url: str) -> None:
+    make_docs(conn, 200)
+    result = run_cli(
+        "--database-url", db_url, "model", "add", "minilm", "--table", "docs", "--column", "body",
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    wanted = [
+        "adding model minilm",
+        "loading all-MiniLM-L6-v2",
+        "checking precision ",  # auto: each candidate is checked against fp32, said as it starts
+        "registering model minilm",
+        "building index pgembed_minilm_hnsw (concurrently)",
+        "queuing the existing rows of public.docs",
+    ]
+    at = [next(i for i, line in enumerate(lines) if line.startswith(w)) for w in wanted]
+    assert at == sorted(at), lines
+    assert lines[0].startswith("adding model minilm")
+    assert "200 rows queued" in result.stdout
+
+
+def test_the_index_build_names_the_transaction_it_waits_for(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    make_docs(conn, 100)
+    with snapshot_holder(db_url) as older:
+        pid = older.info.backend_pid
+        args = ("model", "add", "minilm", "--table", "docs", "--column", "body")
+        with cli_process("--database-url", db_url, *args, "--precision", "fp32") as adding:
+            assert adding.stderr is not None
+            seen: list[str] = []
+            for line in adding.stderr:
+                seen.append(line)
+                if "the index build waits for" in line:
+                    break
+            assert seen, adding.communicate()
+            assert f"the transaction of pid {pid} (idle in transaction for " in seen[-1], seen
+            assert adding.poll() is None  # still waiting
+            older.rollback()
+            out, err = adding.communicate(timeout=120)
+    assert adding.returncode == 0, err
+    assert "100 rows queued" in out
+
+
+def test_an_index_build_reports_its_phases_and_a_memory_too_small(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    rows = 3000
+    conn.execute("CREATE TABLE public.docs (id bigint PRIMARY KEY, body text)")
+    request = models.AddRequest("minilm", "docs", "body", precision="fp32", index=False)
+    spec = models.add(conn, request)[0]
+    vectors = np.random.default_rng(3).normal(size=(rows, spec.dimensions)).astype(np.float32)
+    copy = "COPY public.docs (id, body, embedding_minilm) FROM STDIN (FORMAT BINARY)"
+    with conn.cursor() as cur, cur.copy(copy) as out:
+        out.set_types(["bigint", "text", "vector"])
+        for i, vector in enumerate(vectors):
+            out.write_row((i, f"doc {i}", Vector(vector)))
+    conn.execute("ANALYZE public.docs")
+    samples: list[indexbuild.BuildProgress] = []
+    notes: list[str] = []
+    settings = indexbuild.BuildSettings("1MB", poll_seconds=0.05)
+    rebuilt = indexbuild.rebuild(
+        db_url, "minilm", None, None, settings, samples.append, on_note=notes.append
+    )
+    assert rebuilt is not None
+    phases = {s.phase for s in samples}
+    assert any(p.startswith("building index") for p in phases), phases
+    assert all(0 <= s.done <= s.total for s in samples if s.total)
+    needed = -(-indexbuild.graph_bytes(rows, spec.dimensions, spec.hnsw_m) // 2**20)
+    assert any(f"--maintenance-work-mem {needed}MB" in n for n in notes), notes
+    assert any("no longer fits into maintenance_work_mem" in n for n in notes), notes
+    # Unnamed, the memory is derived from the table's size: at least the default, here.
+    derived = indexbuild.memory_for(
+        conn, spec, indexbuild.BuildSettings(), filled=True, say=notes.append
+    )
+    assert derived == "1024MB"
