@@ -22,6 +22,7 @@ from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import hardware
 from pgembed.errors import UsageError
 from pgembed.lifecycle import models as lifecycle
+from pgembed.lifecycle import setup
 from pgembed.lifecycle import status as lifecycle_status
 from pgembed.search import plan
 from pgembed.sync import worker
@@ -100,13 +101,15 @@ def add_model(
         fulltext=fulltext,
         precision=precision,
     )
-    with connection(database_url) as conn:
-        if exist_ok and registry.exists(conn, name):
+    url = locate.resolve_url(database_url)
+    with connection(url) as conn:
+        # A model whose setup was interrupted is finished by lifecycle.add, exist_ok or not.
+        if exist_ok and registry.exists(conn, name) and setup.pending(conn, name) is None:
             spec = _same_model(registry.get(conn, name), request)
             if fulltext:  # asked for now, perhaps not when it was added: build it if missing
                 lifecycle.add_fulltext_index(conn, name)
             return spec
-        return lifecycle.add(conn, request)[0]
+        return lifecycle.add(conn, request, url=url)[0]
 
 
 def _same_model(spec: ModelSpec, request: lifecycle.AddRequest) -> ModelSpec:

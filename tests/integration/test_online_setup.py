@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import psycopg
+from app_writer import Writer
 from pgvector import Vector
 
 from helpers import run_cli
@@ -31,58 +31,6 @@ def make_docs(conn: psycopg.Connection, rows: int = ROWS) -> None:
         (rows,),
     )
     conn.execute("ANALYZE public.docs")
-
-
-WRITER = """
-import sys, time, psycopg
-url, key = sys.argv[1], int(sys.argv[2])
-longest = 0.0
-with psycopg.connect(url, autocommit=True) as app:
-    app.execute("SET statement_timeout = '30s'")
-    print("ready", flush=True)
-    while not sys.stdin.readline().startswith("stop"):  # one line a commit: see Writer
-        started = time.monotonic()
-        app.execute("INSERT INTO public.docs VALUES (%s, 'written meanwhile ' || %s)", (key, key))
-        longest = max(longest, time.monotonic() - started)
-        key += 1
-print(longest, key, flush=True)
-"""
-
-
-class Writer:
-    """The application, in a process of its own (a thread here would share the GIL with the
-    model's load): inserts a row and commits every 20 ms; `longest` is its slowest commit."""
-
-    def __init__(self, url: str, first_id: int) -> None:
-        self.longest = -1.0
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", WRITER, url, str(first_id)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._pace)
-        self.commits = 0
-
-    def _pace(self) -> None:
-        assert self._process.stdin is not None
-        while not self._stop.wait(0.02):
-            self._process.stdin.write("go\n")
-            self._process.stdin.flush()
-            self.commits += 1
-
-    def __enter__(self) -> Writer:
-        assert self._process.stdout is not None
-        assert self._process.stdout.readline().strip() == "ready"
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        out, _ = self._process.communicate("stop\n", timeout=60)
-        self.longest = float(out.split()[0])
 
 
 def missing_keys(conn: psycopg.Connection, model: str) -> int:
