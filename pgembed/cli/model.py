@@ -120,7 +120,6 @@ def model_add(
         long_texts=long_texts,
         index=not backfill,
     )
-    click.echo(f"adding model {name}…", err=True)  # before the model's seconds-long load
     with app.connect() as conn:
         spec, queued = models.add(conn, request, url=app.url, reporter=SetupLines())
     click.echo(

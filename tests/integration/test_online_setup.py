@@ -166,8 +166,7 @@ def test_model_add_says_what_it_does_in_order(conn: psycopg.Connection, db_url: 
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     wanted = [
-        "adding model minilm",
-        "loading all-MiniLM-L6-v2",
+        "loading all-MiniLM-L6-v2",  # the first line, once the request is checked
         "checking precision ",  # auto: each candidate is checked against fp32, said as it starts
         "registering model minilm",
         "building index pgembed_minilm_hnsw (concurrently)",
@@ -175,7 +174,7 @@ def test_model_add_says_what_it_does_in_order(conn: psycopg.Connection, db_url: 
     ]
     at = [next(i for i, line in enumerate(lines) if line.startswith(w)) for w in wanted]
     assert at == sorted(at), lines
-    assert lines[0].startswith("adding model minilm")
+    assert lines[0].startswith("loading all-MiniLM-L6-v2")
     assert "200 rows queued" in result.stdout
 
 
