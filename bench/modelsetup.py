@@ -60,6 +60,9 @@ def _derived_vectors(conn: psycopg.Connection, texts: int, rows: int) -> None:
         for i in range(rows):
             vector = base[i % texts] + rng.normal(scale=0.05, size=384).astype(np.float32)
             copy.write_row((i + 1, Vector(vector / np.linalg.norm(vector))))
+    # Without the index (100,000 HNSW insertions would take the UPDATE minutes): the rebuild
+    # below makes it again, and the live index's absence is what a --backfill model starts with.
+    conn.execute("DROP INDEX public.pgembed_minilm_hnsw")
     with conn.transaction():
         conn.execute("SET LOCAL pgembed.writing = 'on'")
         conn.execute("UPDATE public.docs d SET embedding_minilm = v.e FROM v WHERE v.id = d.id")
@@ -105,28 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                 first = steps.marks[0][1] if steps.marks else 0.0
                 for text, at in steps.marks:
                     print(f"  {at - first:6.1f} s  {text}")
-                _derived_vectors(conn, len(texts), args.rows)
-                row = conn.execute("SELECT pg_size_pretty(pg_table_size('public.docs'))").fetchone()
-                print(f"vectors written; table {row[0] if row else '?'}", flush=True)
-                notes: list[str] = []
-                settings = indexbuild.BuildSettings()
-                chosen = indexbuild.memory_for(
-                    conn, registry.get(conn, "minilm"), settings, filled=True, say=notes.append
-                )
-                for note in notes:
-                    print(f"  hint: {note}")
-                took, longest = _timed_with_writer(
-                    url,
-                    11 * args.rows,
-                    lambda: indexbuild.rebuild(url, "minilm", None, None, settings, None, None),
-                )
-                row = conn.execute(
-                    "SELECT pg_size_pretty(pg_relation_size('public.pgembed_minilm_hnsw'))"
-                ).fetchone()
-                print(
-                    f"reindex --index-only: {took:.1f} s (maintenance_work_mem {chosen}, index "
-                    f"{row[0] if row else '?'}), writer's longest commit {longest:.3f} s"
-                )
+                if not args.no_index_build:
+                    _rebuild_index(conn, url, len(texts), args.rows)
                 took, longest = _timed_with_writer(
                     url,
                     12 * args.rows,
@@ -144,6 +127,32 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             database.drop()
     return 0
+
+
+def _rebuild_index(conn: psycopg.Connection, url: str, texts: int, rows: int) -> None:
+    """`reindex --index-only` over derived vectors, with the writer."""
+    _derived_vectors(conn, texts, rows)
+    row = conn.execute("SELECT pg_size_pretty(pg_table_size('public.docs'))").fetchone()
+    print(f"vectors written; table {row[0] if row else '?'}", flush=True)
+    notes: list[str] = []
+    settings = indexbuild.BuildSettings()
+    chosen = indexbuild.memory_for(
+        conn, registry.get(conn, "minilm"), settings, filled=True, say=notes.append
+    )
+    for note in notes:
+        print(f"  hint: {note}")
+    took, longest = _timed_with_writer(
+        url,
+        11 * rows,
+        lambda: indexbuild.rebuild(url, "minilm", None, None, settings, None, None),
+    )
+    row = conn.execute(
+        "SELECT pg_size_pretty(pg_relation_size('public.pgembed_minilm_hnsw'))"
+    ).fetchone()
+    print(
+        f"reindex --index-only: {took:.1f} s (maintenance_work_mem {chosen}, index "
+        f"{row[0] if row else '?'}), writer's longest commit {longest:.3f} s"
+    )
 
 
 if __name__ == "__main__":
