@@ -2,6 +2,7 @@
 `model remove` cost an application writing every 20 ms, on a table of real IMDB reviews.
 
 python -m bench.modelsetup --rows 100000 [--corpus reviews.csv.gz] [--database-url URL]
+                           [--no-index-build]
 
 The table holds the corpus's reviews repeated to `--rows`. No text is embedded: the rebuilt index
 is over derived vectors (each row's is a fixed random unit vector of its review, plus noise), so
@@ -86,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     parser.add_argument("--database-url")
+    parser.add_argument(
+        "--no-index-build", action="store_true", help="skip the vectors and the index rebuild"
+    )
     args = parser.parse_args(argv)
     texts = file_corpus(args.corpus, 50_000)
     with server(args.database_url) as server_url:
