@@ -233,3 +233,19 @@ def test_an_index_build_reports_its_phases_and_a_memory_too_small(
         conn, spec, indexbuild.BuildSettings(), filled=True, say=notes.append
     )
     assert derived == "1024MB"
+
+
+def test_a_reindex_whose_start_was_cut_short_queues_the_rest_before_it_fills(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    make_docs(conn, 60)
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+    shadow, queued = reindex.begin(conn, "minilm", reindex.Change(pooling="cls"))
+    assert queued == 60
+    # As if killed after its first batch: part of the keys queued, the setup not marked done.
+    conn.execute("DELETE FROM pgembed.queue WHERE model = %s AND key::int > 20", (shadow.name,))
+    setup.mark(conn, shadow.name, setup.Pending(index=False, fulltext=False))
+    switched = reindex.Reindex(db_url, "minilm", reindex.Options()).run()
+    assert switched is not None and switched.pooling == "cls"
+    embedded = conn.execute("SELECT count(embedding_minilm) FROM public.docs").fetchone()
+    assert embedded == (60,)
