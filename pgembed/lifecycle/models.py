@@ -84,6 +84,7 @@ def add(
         query_prefix=request.query_prefix,
         document_prefix=request.document_prefix,
     )
+    embedder.resolve(request.model_ref)  # a reference that cannot be found: one line, no step
     say.step(f"loading {request.model_ref}")
     model_info = load_checked(settings)
     if request.long_texts == "chunk":

@@ -120,6 +120,7 @@ def begin(
     wanted = change or Change()
     # The precision is checked again for the new settings: a precision that keeps one
     # checkpoint's neighbours may not keep another's.
+    embedder.resolve(_pick(wanted.model_ref, spec.model_ref))  # not found: one line, no step
     say.step(f"loading {_pick(wanted.model_ref, spec.model_ref)}")
     shadow = models.with_precision(
         conn,
