@@ -212,7 +212,11 @@ def _enqueue_statements(spec: ModelSpec) -> tuple[sql.Composed, sql.Composed]:
         )
 
     not_null = sql.SQL("{} IS NOT NULL").format(key)
-    after = sql.SQL("{} > %(after)s::pg_catalog.text::{}").format(key, naming.key_type(spec))
+    # pg_catalog's operator, not one another role put first on the search_path (a varchar key
+    # would otherwise match a public `>` (varchar, varchar) before text's).
+    after = sql.SQL("{} OPERATOR(pg_catalog.>) %(after)s::pg_catalog.text::{}").format(
+        key, naming.key_type(spec)
+    )
     return statement(not_null), statement(after)
 
 
@@ -227,7 +231,7 @@ def forget(conn: psycopg.Connection, name: str, batch: int = defaults.ENQUEUE_BA
     already, so workers no longer claim them."""
     for bookkeeping in ("queue", "inbox", "failures", "truncated", "batches"):
         statement = sql.SQL(
-            "DELETE FROM pgembed.{table} WHERE ctid = ANY (ARRAY(SELECT ctid "
+            "DELETE FROM pgembed.{table} WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid "
             "FROM pgembed.{table} WHERE model = %(model)s LIMIT %(limit)s))"
         ).format(table=sql.Identifier(bookkeeping))
         while True:

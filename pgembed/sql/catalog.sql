@@ -110,7 +110,8 @@ FROM pg_catalog.pg_stat_activity a
 WHERE a.backend_type = 'autovacuum worker'
   AND a.query NOT LIKE '%%to prevent wraparound%%'
   AND a.datname = pg_catalog.current_database()
-  AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE l.pid = a.pid AND l.granted
+  AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE l.pid OPERATOR(pg_catalog.=) a.pid
+      AND l.granted
       AND l.locktype = 'relation'
       AND l.relation = pg_catalog.to_regclass(
           pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text))::pg_catalog.oid);
