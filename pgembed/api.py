@@ -25,6 +25,7 @@ from pgembed.errors import PgembedError, UsageError
 from pgembed.lifecycle import backfill as lifecycle_backfill
 from pgembed.lifecycle import indexbuild, reindex
 from pgembed.lifecycle import models as lifecycle
+from pgembed.lifecycle import setup
 from pgembed.lifecycle import status as lifecycle_status
 from pgembed.search import plan
 from pgembed.sync import worker
@@ -137,12 +138,13 @@ def add_model(
     )
     url = locate.resolve_url(database_url)
     with connection(url) as conn:
-        if exist_ok and registry.exists(conn, name):
+        # A model whose setup was interrupted is finished by lifecycle.add, exist_ok or not.
+        if exist_ok and registry.exists(conn, name) and setup.pending(conn, name) is None:
             spec = _same_model(registry.get(conn, name), request)
             if fulltext:  # asked for now, perhaps not when it was added: build it if missing
                 lifecycle.add_fulltext_index(conn, name)
             return spec
-        spec = lifecycle.add(conn, request)[0]
+        spec = lifecycle.add(conn, request, url=url)[0]
     if backfill:
         options = reindex.Options(
             claim_size=defaults.BACKFILL_CLAIM_SIZE, device=hardware.resolve_device("auto")

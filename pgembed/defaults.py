@@ -44,8 +44,12 @@ REINDEX_CLAIM_SIZE = 64
 # 4.84 s against 5.30 s with the daemon's 256 (four alternated pairs).
 BACKFILL_CLAIM_SIZE = 1024
 
-# Index builds: HNSW builds fastest when the graph fits in maintenance_work_mem.
+# Index builds: HNSW builds fastest when the graph fits in maintenance_work_mem. Unless the user
+# names a value, a build gets the graph's estimated size (lifecycle/indexbuild.py `graph_bytes`),
+# at least MAINTENANCE_WORK_MEM and at most MAINTENANCE_WORK_MEM_CAP; past the cap it says what
+# the graph needs. 1M rows of 384 dimensions took 2.7 GB (issue 24's measurement).
 MAINTENANCE_WORK_MEM = "1GB"
+MAINTENANCE_WORK_MEM_CAP_MB = 4096
 PARALLEL_MAINTENANCE_WORKERS = 2
 
 # A reindex switch waits at most this long for the table lock, then tries again.
@@ -84,6 +88,9 @@ DDL_LOCK_TIMEOUT = "2s"
 DDL_RETRY_FIRST_PAUSE = 0.5
 DDL_RETRY_MAX_PAUSE = 5.0
 DDL_LOCK_WAIT_SECONDS = 300.0
+# `model add` and a reindex's start queue the table's existing rows in batches of this many keys,
+# each its own short transaction that holds no lock an application's write waits for.
+ENQUEUE_BATCH = 10_000
 
 # Texts are cut to this many characters per word piece of the model's window (max_seq_length)
 # before anything tokenizes them, on every path (sync, queries, eval): a tokenizer reads a text

@@ -11,6 +11,7 @@ from pgembed import defaults
 from pgembed.catalog import naming, registry
 from pgembed.cli import terminal
 from pgembed.cli.app import App, pass_app
+from pgembed.cli.progress import SetupLines
 from pgembed.cli.reindex import (
     describe,
     fill_options,
@@ -121,7 +122,7 @@ def model_add(
         index=not backfill,
     )
     with app.connect() as conn:
-        spec, queued = models.add(conn, request, on_wait=_say_waiting)
+        spec, queued = models.add(conn, request, url=app.url, reporter=SetupLines())
     terminal.echo(
         f"added model {spec.name}: {spec.model_ref} ({spec.pooling} pooling, {spec.dimensions} "
         f"dimensions) on {spec.qualified_table}.{'+'.join(spec.text_columns)} -> "
@@ -227,7 +228,7 @@ def model_alter(app: App, /, name: str, no_wait: bool, **kw: Any) -> None:
             spec = models.alter_precision(conn, name, kw["precision_"])
             click.echo(f"model {name}: precision {spec.precision}: {spec.precision_note}")
             return
-        shadow, queued = reindex.begin(conn, name, change)
+        shadow, queued = reindex.begin(conn, name, change, reporter=SetupLines())
     click.echo(
         f"model {name}: version {shadow.version} ({describe(shadow)}) registered as "
         f"{shadow.name}; {queued} rows queued"

@@ -14,6 +14,7 @@ from pgembed import defaults
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.cli.app import App, stopping
+from pgembed.cli.progress import SetupLines, describe_build
 from pgembed.cli.sync import deprecated_batch_size
 from pgembed.encode import hardware
 from pgembed.errors import UsageError
@@ -52,9 +53,10 @@ def fill_options(command: F) -> F:
             ),
             click.option(
                 "--maintenance-work-mem",
-                default=defaults.MAINTENANCE_WORK_MEM,
-                show_default=True,
-                help="maintenance_work_mem for the index build (HNSW builds fastest in memory).",
+                help="maintenance_work_mem for the index build (HNSW builds fastest in memory). "
+                "Default: the graph's estimated size, between "
+                f"{defaults.MAINTENANCE_WORK_MEM} and {defaults.MAINTENANCE_WORK_MEM_CAP_MB} MB; "
+                "a hint says when it does not fit.",
             ),
             click.option(
                 "--parallel-workers",
@@ -123,7 +125,9 @@ def reindex_cmd(app: App, /, name: str, index_only: bool, abort: bool, **kw: Any
             )
         if running is None:
             change = reindex.Change(hnsw_m=kw["m"], hnsw_ef_construction=kw["ef_construction"])
-            shadow, queued = reindex.begin(conn, name, change if hnsw else None)
+            shadow, queued = reindex.begin(
+                conn, name, change if hnsw else None, reporter=SetupLines()
+            )
             click.echo(
                 f"model {name}: version {shadow.version} ({describe(shadow)}); {queued} queued"
             )
@@ -171,7 +175,14 @@ def _rebuild_index(app: App, name: str, kw: dict[str, Any]) -> None:
         stop = threading.Event()
         spec = _until_done(
             lambda: indexbuild.rebuild(
-                app.url, name, kw["m"], kw["ef_construction"], build, reporter.index, stop
+                app.url,
+                name,
+                kw["m"],
+                kw["ef_construction"],
+                build,
+                reporter.index,
+                stop,
+                reporter.note,
             ),
             stop.set,
             f"index rebuild of {name} stopped; the old index is still in use",
@@ -205,6 +216,7 @@ class _Bars(reindex.Reporter):
     def __init__(self) -> None:
         self._bar: tqdm[Any] | None = None
         self._show = sys.stderr.isatty()
+        self._index_phase: str | None = None
 
     def __enter__(self) -> _Bars:
         return self
@@ -229,11 +241,17 @@ class _Bars(reindex.Reporter):
             self._bar.n = done
             self._bar.refresh()
 
+    def note(self, text: str) -> None:
+        click.echo(f"pgembed: {text}", err=True)
+
     def advance(self, rows: int) -> None:
         if self._bar is not None:
             self._bar.update(rows)
 
     def index(self, sample: indexbuild.BuildProgress) -> None:
+        if sample.phase != self._index_phase:  # a line per phase, on a terminal or not
+            self._index_phase = sample.phase
+            click.echo(f"  index build: {describe_build(sample)}", err=True)
         if self._bar is not None:
             self._bar.set_description(sample.phase, refresh=False)
             self.rows(sample.done, sample.total)

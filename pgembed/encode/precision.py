@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 
@@ -24,7 +24,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from pgembed import defaults, samples
+from pgembed import samples
 from pgembed.encode import embedder, engines, hardware
 from pgembed.encode.convert import PRECISIONS
 from pgembed.encode.embedder import Settings, Vectors
@@ -32,15 +32,20 @@ from pgembed.errors import ModelLoadError, UsageError
 
 log = logging.getLogger("pgembed.encode")
 
+Say = Callable[[str], None]
 REQUESTS = ("auto", "fp32", "bf16", "int8", *engines.VARIANTS)
 KNOWN = (*PRECISIONS, *engines.VARIANTS)
 MIN_OVERLAP = 0.95
 NEIGHBOURS = 10
-SAMPLE_SIZE = 256
+# The check's sample, bounded so that `model add` answers in seconds: 96 texts of up to ~128 word
+# pieces. 256 whole IMDB reviews (MiniLM reads 256 word pieces) took 34 s to encode in fp32 alone
+# on a busy 2-core machine, most of `model add`'s 65 s on 3,000 rows (issue 25); 96 texts keep
+# the 80 a top 10 needs to be able to disagree (_MIN_NEIGHBOURHOOD).
+SAMPLE_SIZE = 96
 _MIN_TABLE_SAMPLE = 8  # fewer texts than this in the table: fill up with built-in sentences
 _MIN_NEIGHBOURHOOD = 8 * NEIGHBOURS  # fewer distinct texts: the gate adds built-in ones
-# A sampled text's characters: enough for a 512-word-piece window (the encoder cuts to its own).
-_SAMPLE_CHARS = defaults.CHARS_PER_WORD_PIECE * 512
+# A sampled text's characters: ~128 word pieces of English (about 5 characters each).
+_SAMPLE_CHARS = 5 * 128
 
 
 @dataclass(frozen=True)
@@ -66,11 +71,14 @@ class Agreement:
         return self.overlap >= MIN_OVERLAP
 
 
-def choose(settings: Settings, requested: str, texts: Sequence[str]) -> Choice:
+def choose(
+    settings: Settings, requested: str, texts: Sequence[str], say: Say | None = None
+) -> Choice:
     """The precision a model with these settings gets (its own `precision` field is ignored).
 
     `settings.device` is where the check runs and what `auto` is resolved for: the first of
     `auto_candidates` that passes, the fastest first; an explicit request is that one or fp32.
+    `say` is told each check as it starts (a check encodes the sample twice: seconds on a CPU).
     """
     if requested != "auto" and requested not in KNOWN:
         raise UsageError(f"invalid precision {requested!r}: use {', '.join(REQUESTS)}")
@@ -84,6 +92,11 @@ def choose(settings: Settings, requested: str, texts: Sequence[str]) -> Choice:
         if candidate == "fp32":
             note = "; ".join([*tried, why or "fp32: the reference precision"])
             return Choice("fp32", requested, None, _auto(requested, note))
+        if say is not None:
+            say(
+                f"checking precision {candidate} against fp32 on {len(gate_sample(texts))} "
+                "texts of the table"
+            )
         try:
             found = agreement(settings, candidate, texts)
         except ModelLoadError as exc:

@@ -1,4 +1,5 @@
-"""Adding and removing models: validation, catalog row and per-model objects, atomically."""
+"""Adding and removing models: validation, catalog row and per-model objects (in the short
+steps of setup.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, hardware, precision
 from pgembed.encode.settings import settings_of
 from pgembed.errors import UsageError
-from pgembed.lifecycle import indexbuild
+from pgembed.lifecycle import indexbuild, setup
 
 
 @dataclass(frozen=True)
@@ -34,13 +35,29 @@ class AddRequest:
 
 
 def add(
-    conn: psycopg.Connection, request: AddRequest, on_wait: ddl.OnWait | None = None
+    conn: psycopg.Connection,
+    request: AddRequest,
+    on_wait: ddl.OnWait | None = None,
+    *,
+    url: str | None = None,
+    reporter: setup.Reporter | None = None,
+    build: indexbuild.BuildSettings | None = None,
 ) -> tuple[ModelSpec, int]:
     """Register the model and create its objects; returns the spec and how many rows were queued.
 
-    The table lock is waited for in short attempts (`ddl.retrying_locks`), each told to `on_wait`.
+    On an autocommit `conn`, in the steps of lifecycle/setup.py, none of which holds the table
+    for more than a moment: the catalog step waits for its lock in short attempts
+    (`ddl.retrying_locks`, each told to `on_wait`), the index is built concurrently (watched from
+    a second session when the `url` is given), the rows are queued in batches. A model whose
+    setup was interrupted is finished instead, with the settings it was registered with.
+    In a transaction of the caller's, everything happens in that transaction, as before.
     """
+    say = reporter or setup.Reporter()
     name = naming.model_name(request.name)
+    if conn.autocommit and registry.exists(conn, name) and setup.pending(conn, name):
+        spec = registry.get(conn, name)
+        say.step(f"model {name} was not completely set up: finishing its setup")
+        return spec, setup.finish(conn, url, spec, say, build)
     schema, table = naming.parse_table(request.table)
     columns = text_columns(request.column)
     key = naming.identifier("key column", request.key) if request.key is not None else None
@@ -67,6 +84,8 @@ def add(
         query_prefix=request.query_prefix,
         document_prefix=request.document_prefix,
     )
+    embedder.resolve(request.model_ref)  # a reference that cannot be found: one line, no step
+    say.step(f"loading {request.model_ref}")
     model_info = load_checked(settings)
     if request.long_texts == "chunk":
         require_window(settings)
@@ -88,7 +107,21 @@ def add(
         document_prefix=request.document_prefix,
         long_texts=request.long_texts,
     )
-    spec = with_precision(conn, spec, request.precision)
+    spec = with_precision(conn, spec, request.precision, say.step)
+    if not conn.autocommit:
+        return spec, _add_in_transaction(conn, spec, request, on_wait)
+    if setup.leftovers(conn, name):  # of a `model remove` interrupted after its catalog step
+        setup.forget(conn, name)
+    say.step(f"registering model {name}: column {embedding_column} and capture triggers")
+    steps = setup.Pending(index=request.index, fulltext=request.fulltext)
+    setup.register(conn, spec, steps, version_of=name, on_wait=on_wait or say.waiting)
+    return spec, setup.finish(conn, url, spec, say, build)
+
+
+def _add_in_transaction(
+    conn: psycopg.Connection, spec: ModelSpec, request: AddRequest, on_wait: ddl.OnWait | None
+) -> int:
+    """Everything in the caller's transaction: the table stays locked until it commits."""
 
     def create() -> int:
         ddl.lock_table(conn, spec)
@@ -99,7 +132,7 @@ def add(
             ddl.create_fulltext_index(conn, spec)
         return capture.enqueue_existing(conn, spec)
 
-    return spec, ddl.retrying_locks(conn, schema, table, create, on_wait)
+    return ddl.retrying_locks(conn, spec.table_schema, spec.table_name, create, on_wait)
 
 
 def create_objects(conn: psycopg.Connection, spec: ModelSpec, *, index: bool = True) -> None:
@@ -109,16 +142,18 @@ def create_objects(conn: psycopg.Connection, spec: ModelSpec, *, index: bool = T
     capture.create_triggers(conn, spec)
 
 
-def drop_objects(conn: psycopg.Connection, spec: ModelSpec) -> None:
+def drop_objects(conn: psycopg.Connection, spec: ModelSpec, *, bookkeeping: bool = True) -> None:
     """Remove what still exists of the model's triggers, grants, indexes and column (a dropped
-    table took them along), its chunk table and its bookkeeping; the table's other data is
-    untouched. The catalog rows stay: the caller deletes them."""
+    table took them along), its chunk table and (unless the caller deletes them after its
+    transaction, with setup.forget) its bookkeeping; the table's other data is untouched. The
+    catalog rows stay: the caller deletes them."""
     if tables.is_table(conn, spec.table_schema, spec.table_name):
         roles.revoke_table(conn, spec)
         capture.drop_triggers(conn, spec)
         ddl.drop_objects(conn, spec)
     ddl.drop_chunks(conn, spec)
-    ddl.forget(conn, spec)
+    if bookkeeping:
+        ddl.forget(conn, spec)
 
 
 def text_columns(requested: str | tuple[str, ...]) -> tuple[str, ...]:
@@ -153,22 +188,27 @@ def require_window(settings: embedder.Settings) -> None:
 
 
 def remove(conn: psycopg.Connection, name: str, on_wait: ddl.OnWait | None = None) -> ModelSpec:
-    """Drop what is left of the model (its table or columns may be gone) and its catalog rows."""
+    """Drop what is left of the model (its table or columns may be gone) and its catalog rows in
+    one short transaction, then its queue and other bookkeeping in batches (on an autocommit
+    `conn`: a million queue entries are not deleted under the table's lock)."""
     spec = registry.get(conn, name)
+    shadow = registry.shadow(conn, name)
 
     def drop() -> None:
         # Catalog rows first, then the table: the sync write-back's order (no deadlock).
         conn.execute(sqlfiles.get("lifecycle", "lock_model_rows"), {"name": name})
         if tables.is_table(conn, spec.table_schema, spec.table_name):
             ddl.lock_table(conn, spec)
-        shadow = registry.shadow(conn, name)
         if shadow is not None:  # a reindex in progress goes with its model
-            drop_objects(conn, shadow)
+            drop_objects(conn, shadow, bookkeeping=not conn.autocommit)
             registry.delete(conn, shadow.name)
-        drop_objects(conn, spec)
+        drop_objects(conn, spec, bookkeeping=not conn.autocommit)
         registry.delete(conn, name)
 
     ddl.retrying_locks(conn, spec.table_schema, spec.table_name, drop, on_wait)
+    if conn.autocommit:
+        for gone in (spec, *([shadow] if shadow is not None else [])):
+            setup.forget(conn, gone.name)
     return spec
 
 
@@ -195,18 +235,24 @@ def add_fulltext_index(
     return spec
 
 
-def precision_for(conn: psycopg.Connection, spec: ModelSpec, requested: str) -> precision.Choice:
-    """The precision `requested` resolves to for `spec`'s settings, checked on its table's texts."""
+def precision_for(
+    conn: psycopg.Connection, spec: ModelSpec, requested: str, say: precision.Say | None = None
+) -> precision.Choice:
+    """The precision `requested` resolves to for `spec`'s settings, checked on its table's texts
+    (each candidate's check told to `say`)."""
     return precision.choose(
         settings_of(spec, hardware.resolve_device("auto")),
         requested,
         precision.sample_texts(conn, spec.table_schema, spec.table_name, spec.text_column),
+        say,
     )
 
 
-def with_precision(conn: psycopg.Connection, spec: ModelSpec, requested: str) -> ModelSpec:
+def with_precision(
+    conn: psycopg.Connection, spec: ModelSpec, requested: str, say: precision.Say | None = None
+) -> ModelSpec:
     """`spec` with the precision `requested` resolves to for its (possibly new) settings."""
-    choice = precision_for(conn, spec, requested)
+    choice = precision_for(conn, spec, requested, say)
     return replace(
         spec,
         precision=choice.precision,

@@ -9,6 +9,7 @@ stopped: its queue and column persist.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
@@ -22,10 +23,11 @@ from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.encode.settings import settings_of
 from pgembed.errors import UsageError
-from pgembed.lifecycle import indexbuild, models, switch
+from pgembed.lifecycle import indexbuild, models, setup, switch
 from pgembed.sync import store, worker
 
 T = TypeVar("T")
+log = logging.getLogger("pgembed.reindex")
 
 
 @dataclass(frozen=True)
@@ -92,11 +94,20 @@ def new_version(spec: ModelSpec, change: Change) -> ModelSpec:
     )
 
 
-def begin(conn: psycopg.Connection, name: str, change: Change | None) -> tuple[ModelSpec, int]:
+def begin(
+    conn: psycopg.Connection,
+    name: str,
+    change: Change | None,
+    *,
+    reporter: setup.Reporter | None = None,
+) -> tuple[ModelSpec, int]:
     """Register the next version as a shadow and queue every row for it.
 
     `change` None re-embeds with the current settings. Returns the shadow and the rows queued.
+    On an autocommit `conn`, in the short steps of setup.py (a short catalog transaction, then
+    the rows queued in batches); an interrupted start is finished by `Reindex.run`.
     """
+    say = reporter or setup.Reporter()
     spec = registry.get(conn, name)
     if spec.shadow_of is not None:
         raise UsageError(f"{name!r} is the reindex shadow of {spec.shadow_of!r}: alter that model")
@@ -109,8 +120,13 @@ def begin(conn: psycopg.Connection, name: str, change: Change | None) -> tuple[M
     wanted = change or Change()
     # The precision is checked again for the new settings: a precision that keeps one
     # checkpoint's neighbours may not keep another's.
+    embedder.resolve(_pick(wanted.model_ref, spec.model_ref))  # not found: one line, no step
+    say.step(f"loading {_pick(wanted.model_ref, spec.model_ref)}")
     shadow = models.with_precision(
-        conn, new_version(spec, wanted), _pick(wanted.precision, spec.precision_requested)
+        conn,
+        new_version(spec, wanted),
+        _pick(wanted.precision, spec.precision_requested),
+        say.step,
     )
     if change is not None and _unchanged(spec, shadow):
         raise UsageError(
@@ -119,7 +135,13 @@ def begin(conn: psycopg.Connection, name: str, change: Change | None) -> tuple[M
     if registry.exists(conn, shadow.name):
         raise UsageError(f"a model named {shadow.name!r} exists: remove it to reindex {name!r}")
 
-    def start() -> int:  # waits for the table in short attempts: see ddl.retrying_locks
+    if conn.autocommit:
+        say.step(f"registering version {shadow.version} as {shadow.name}")
+        nothing_to_build = setup.Pending(index=False, fulltext=False)  # Filling builds the index
+        setup.register(conn, shadow, nothing_to_build, version_of=name, on_wait=say.waiting)
+        return shadow, setup.finish(conn, None, shadow, say)
+
+    def start() -> int:  # in the caller's transaction; waits for the table in short attempts
         ddl.lock_table(conn, shadow)
         registry.insert(conn, shadow)
         registry.record_version(conn, shadow, name, active=False)
@@ -149,12 +171,14 @@ def abort(conn: psycopg.Connection, name: str) -> ModelSpec:
         raise UsageError(f"model {name!r} has no reindex in progress")
 
     def drop() -> None:  # waits for the table in short attempts: see ddl.retrying_locks
-        models.drop_objects(conn, shadow)
+        models.drop_objects(conn, shadow, bookkeeping=not conn.autocommit)
         registry.delete(conn, shadow.name)
         forget = {"name": name, "version": shadow.version}
         conn.execute(sqlfiles.get("lifecycle", "forget_version"), forget)
 
     ddl.retrying_locks(conn, shadow.table_schema, shadow.table_name, drop)
+    if conn.autocommit:  # its queue, up to every row of the table, in batches
+        setup.forget(conn, shadow.name)
     return shadow
 
 
@@ -196,6 +220,10 @@ class Reporter:
 
     def index(self, sample: indexbuild.BuildProgress) -> None:
         """A sample of the index build's progress."""
+
+    def note(self, text: str) -> None:
+        """Something to know: what the index build waits for, a memory hint."""
+        log.warning("%s", text)
 
 
 @dataclass(frozen=True)
@@ -261,6 +289,8 @@ class Filling:
             self.options.build,
             self.reporter.index,
             self.stop_event,
+            on_wait=self.reporter.note,
+            on_note=self.reporter.note,
         )
 
     def _wait_for_leases(self, spec: ModelSpec) -> None:
@@ -281,6 +311,9 @@ class Reindex(Filling):
             shadow = registry.shadow(conn, self.name)
             if shadow is None:
                 raise UsageError(f"model {self.name!r} has no reindex in progress")
+            if setup.pending(conn, shadow.name) is not None:  # a start that was interrupted
+                self.reporter.phase("queuing")
+                setup.finish(conn, None, shadow, setup.Reporter())
         if not self._fill(shadow):
             return None
         built = self._build_index(shadow)

@@ -5,6 +5,14 @@
 -- name: model_exists
 SELECT EXISTS (SELECT 1 FROM pgembed.models WHERE name = %(name)s);
 
+-- name: model_setup
+-- What is left of a model's setup (`model add`, a reindex's start): 'active' when none, else
+-- 'adding' and the steps to finish, '+'-separated (lifecycle/setup.py).
+SELECT status FROM pgembed.models WHERE name = %(name)s;
+
+-- name: set_model_setup
+UPDATE pgembed.models SET status = %(status)s WHERE name = %(name)s;
+
 -- name: delete_model
 DELETE FROM pgembed.models WHERE name = %(name)s;
 
@@ -97,3 +105,19 @@ SELECT pg_catalog.array_agg(DISTINCT l.pid ORDER BY l.pid) FROM pg_catalog.pg_lo
 WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()
   AND l.relation = pg_catalog.to_regclass(
       pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text))::pg_catalog.oid;
+
+-- name: cancel_autovacuum
+-- Cancel an autovacuum of schema.name that holds a lock DDL is about to wait for: PostgreSQL
+-- cancels it anyway once the DDL has waited deadlock_timeout (1 s), every query on the table
+-- queued behind. Never one that prevents wraparound (PostgreSQL does not cancel those either).
+-- Needs superuser or pg_signal_autovacuum_worker (PostgreSQL 18); the pids it signalled.
+SELECT pg_catalog.array_agg(a.pid ORDER BY a.pid) FILTER (WHERE pg_catalog.pg_cancel_backend(a.pid))
+FROM pg_catalog.pg_stat_activity a
+WHERE a.backend_type = 'autovacuum worker'
+  AND a.query NOT LIKE '%%to prevent wraparound%%'
+  AND a.datname = pg_catalog.current_database()
+  AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE l.pid OPERATOR(pg_catalog.=) a.pid
+      AND l.granted
+      AND l.locktype = 'relation'
+      AND l.relation = pg_catalog.to_regclass(
+          pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text))::pg_catalog.oid);

@@ -85,3 +85,18 @@ FROM pgembed.queue WHERE model = %(model)s;
 -- A CREATE INDEX's progress, read from a second session.
 SELECT phase, blocks_done, blocks_total, tuples_done, tuples_total
 FROM pg_stat_progress_create_index WHERE pid = %(pid)s;
+
+-- name: blocking_sessions
+-- The sessions a CREATE INDEX CONCURRENTLY of backend `pid` waits for (a writer of the table,
+-- or any older transaction with a snapshot): their state and how long their transaction is open.
+SELECT b.pid, a.state,
+       extract(epoch FROM pg_catalog.now() - a.xact_start)::float AS seconds, a.datname
+FROM pg_catalog.unnest(pg_catalog.pg_blocking_pids(%(pid)s)) AS b(pid)
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) b.pid
+ORDER BY b.pid;
+
+-- name: estimated_rows
+-- The planner's row count of a table (reltuples; -1 when never analysed), without a scan.
+SELECT GREATEST(c.reltuples, 0)::bigint FROM pg_catalog.pg_class c
+WHERE c.oid = pg_catalog.to_regclass(
+    pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text))::pg_catalog.oid;

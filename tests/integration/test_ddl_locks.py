@@ -146,7 +146,8 @@ def test_model_fulltext_says_which_transaction_it_waits_for_and_blocks_nobody(
             db_url, lambda c, say: models.add_fulltext_index(c, "minilm", url=db_url, on_wait=say)
         )
         line = building.wait_for_line()
-        assert f"waits for pid {writer.info.backend_pid} to end its transaction" in line
+        pid = writer.info.backend_pid
+        assert f"waits for the transaction of pid {pid} (idle in transaction for " in line
         with psycopg.connect(db_url, autocommit=True) as app:
             app.execute("SET statement_timeout = '5s'")
             assert timed(app, "INSERT INTO public.docs VALUES (101, 'meanwhile')") < 1

@@ -49,7 +49,9 @@ CREATE TABLE pgembed.models (
     hnsw_ef_construction integer NOT NULL DEFAULT 64,
     -- hnsw.ef_search for this model's searches (`pgembed tune`); NULL: pgvector's default.
     ef_search            integer,
-    status               text NOT NULL DEFAULT 'active',  -- unused; shadow_of marks a reindex
+    -- 'active', or 'adding' and the steps of its setup still to do (lifecycle/setup.py): an
+    -- interrupted `model add` or reindex start finishes them when run again.
+    status               text NOT NULL DEFAULT 'active',
     created_at           timestamptz NOT NULL DEFAULT now(),
     -- The version of the settings above (pgembed.model_versions). Since 0003.
     version              integer NOT NULL DEFAULT 1 CHECK (version > 0),
