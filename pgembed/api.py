@@ -23,9 +23,8 @@ from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import hardware
 from pgembed.errors import PgembedError, UsageError
 from pgembed.lifecycle import backfill as lifecycle_backfill
-from pgembed.lifecycle import indexbuild, reindex
+from pgembed.lifecycle import indexbuild, reindex, setup
 from pgembed.lifecycle import models as lifecycle
-from pgembed.lifecycle import setup
 from pgembed.lifecycle import status as lifecycle_status
 from pgembed.search import plan
 from pgembed.sync import worker
