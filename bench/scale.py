@@ -268,12 +268,9 @@ def _claims(conn: psycopg.Connection, url: str, result: Size) -> None:
             result.status_exact_ms = elapsed
         else:
             result.status_ms, result.status_counts = elapsed, report[0]["counts"]
-    plan = conn.execute(
-        "EXPLAIN (COSTS OFF) " + _claim_text(),
-        {"model": "scale", "worker": "w", "limit": CLAIM, "lease": 60},
-    ).fetchall()
+    plan = store.claim_plan(conn, "scale", CLAIM)
     result.claim_plan = ", ".join(
-        line[0].strip(" ->").split(" on ")[0] for line in plan if "Scan" in line[0]
+        line.strip(" ->").split(" on ")[0] for line in plan if "Scan" in line
     )
     with db.connection(url) as worker:
         times = []
@@ -289,12 +286,6 @@ def _claims(conn: psycopg.Connection, url: str, result: Size) -> None:
     result.claim_p50_ms = statistics.median(times) * 1000
     result.queue_mb["drained"] = _queue_mb(conn)
     result.queue_mb["autovacuum"] = _after_autovacuum(conn)
-
-
-def _claim_text() -> str:
-    from pgembed import sqlfiles
-
-    return sqlfiles.get("sync", "claim")
 
 
 def _queue_mb(conn: psycopg.Connection) -> float:

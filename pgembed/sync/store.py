@@ -42,11 +42,22 @@ class SourceRow:
 def claim(
     conn: psycopg.Connection, model: str, worker: str, limit: int, lease_seconds: float
 ) -> list[Claim]:
-    rows = conn.execute(
-        sqlfiles.get("sync", "claim"),
-        {"model": model, "worker": worker, "limit": limit, "lease": lease_seconds},
-    ).fetchall()
+    """Lease up to `limit` ready keys, oldest first, in one short transaction whose plan reads
+    the queue's index up to the limit, whatever its statistics say."""
+    params = {"model": model, "worker": worker, "limit": limit, "lease": lease_seconds}
+    with conn.transaction():
+        conn.execute(sqlfiles.get("sync", "claim_by_index"))
+        rows = conn.execute(sqlfiles.get("sync", "claim"), params).fetchall()
     return [Claim(key, seq, attempts) for key, seq, attempts in rows]
+
+
+def claim_plan(conn: psycopg.Connection, model: str, limit: int) -> list[str]:
+    """The plan `claim` runs with (EXPLAIN, nothing claimed): tests and the scale benchmark."""
+    params = {"model": model, "worker": "", "limit": limit, "lease": 0}
+    with conn.transaction():
+        conn.execute(sqlfiles.get("sync", "claim_by_index"))
+        rows = conn.execute("EXPLAIN " + sqlfiles.get("sync", "claim"), params).fetchall()
+    return [str(row[0]) for row in rows]
 
 
 def transfer(conn: psycopg.Connection, model: str, limit: int = 10_000) -> int:
