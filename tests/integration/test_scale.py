@@ -15,6 +15,7 @@ import pytest
 
 from daemon_helpers import wait_for
 from helpers import REVIEWS, cli
+from pgembed import Client
 from pgembed.catalog.registry import ModelSpec
 from pgembed.lifecycle import counts, status
 from pgembed.sync import leases, store
@@ -75,6 +76,9 @@ def test_status_estimates_a_large_table_and_says_so(
     assert f"embedded ~0/~{rows:,}" in text and "estimated from the table's statistics" in text
     exact = json.loads(cli("--database-url", db_url, "status", "--json", "--exact").output)[0]
     assert (exact["counts"], exact["rows_total"]) == ("exact", rows)
+    with Client(db_url) as client:  # the Python API's status, both ways
+        assert client.status()[0]["counts"] == "estimate"
+        assert client.status(exact=True)[0]["counts"] == "exact"
 
     assert cli("--database-url", db_url, "sync", "--once").exit_code == 0
     # statistics older than the writes: the rows that wait are the ones without a vector
