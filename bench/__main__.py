@@ -5,6 +5,7 @@ python -m bench [--rows 2000] [--repeats 3] [--corpus FILE] [--database-url URL]
                         concurrency]
                 [--no-write] [--scifact ../shared/data/scifact]  (SciFact nDCG@10 of each engine)
                 [--chunk-rows 2000]  (IMDb reviews of the chunking section)
+                [--scale-sizes 10000,100000,1000000] [--scale-home DIR]  (the scale section)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from bench import (
     indexpath,
     latency,
     report,
+    scale,
     search,
     serve,
     throughput,
@@ -46,8 +48,8 @@ SECTIONS = (
     "chunking",
     "concurrency",
 )
-# not in the main one
-OWN_SECTIONS = {"serve", "bigrow", "indexpath", "engines", "chunking", "concurrency"}
+OWN_SECTIONS = {"serve", "bigrow", "indexpath", "engines", "chunking", "concurrency", "scale"}
+ON_REQUEST = {"scale"}  # minutes to an hour, a dataset of gigabytes: only with --only scale
 
 
 def machine() -> str:
@@ -84,8 +86,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="don't update BENCHMARKS.md")
     parser.add_argument("--scifact", type=Path, help="BEIR SciFact directory: engines' nDCG@10")
     parser.add_argument("--chunk-rows", type=int, default=chunking.IMDB_ROWS, help="IMDb rows (n)")
+    parser.add_argument(
+        "--scale-sizes", default=",".join(map(str, scale.SIZES)), help="rows per scale run"
+    )
+    parser.add_argument(
+        "--scale-home",
+        type=Path,
+        default=Path.home() / ".cache/pgembed-bench-scale",
+        help="the scale section's embedded server and built datasets, kept between runs",
+    )
+    parser.add_argument(
+        "--scale-no-sync",
+        action="store_true",
+        help="skip the sync workers' run (reuse the real vectors of an earlier one)",
+    )
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
+    if only <= ON_REQUEST:
+        return _scale(args, argv)
     texts = file_corpus(args.corpus, args.rows) if args.corpus else generated_corpus(args.rows)
     queries = generated_corpus(100, seed=99)
     results: dict[str, object] = {}
@@ -184,6 +202,23 @@ def main(argv: list[str] | None = None) -> int:
             report.write(Path("BENCHMARKS.md"), chunk_text, chunking.START, chunking.END)
         if many:
             report.write(Path("BENCHMARKS.md"), many_text, concurrency.START, concurrency.END)
+    return 0
+
+
+def _scale(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """`--only scale`: on a server of its own (--scale-home, or --database-url) that keeps the
+    built datasets for the next run."""
+    started = time.monotonic()
+    args.scale_home.mkdir(parents=True, exist_ok=True)
+    sizes = tuple(int(n) for n in args.scale_sizes.split(","))
+    workers, results = scale.measure(
+        args.scale_home, sizes, args.database_url, sync=not args.scale_no_sync
+    )
+    command = "python -m bench " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    text = scale.document(workers, results, machine(), command, time.monotonic() - started)
+    print("\n" + text)
+    if not args.no_write:
+        report.write(Path("BENCHMARKS.md"), text, scale.START, scale.END)
     return 0
 
 

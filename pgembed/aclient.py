@@ -136,9 +136,9 @@ class AsyncClient:
         """`pgembed.sync_once` on this client's database, in a thread (it encodes)."""
         return await asyncio.to_thread(api.sync_once, models, await self._resolved_url())
 
-    async def status(self) -> list[dict[str, Any]]:
+    async def status(self, *, exact: bool = False) -> list[dict[str, Any]]:
         """`pgembed.status` on this client's database, in a thread."""
-        return await asyncio.to_thread(api.status, await self._resolved_url())
+        return await asyncio.to_thread(api.status, await self._resolved_url(), exact=exact)
 
     async def close(self) -> None:
         async with self._lock:

@@ -269,11 +269,12 @@ def sync_once(
     return SyncResult(stats.written, stats.skipped, stats.failed)
 
 
-def status(database_url: str | None = None) -> list[dict[str, Any]]:
+def status(database_url: str | None = None, *, exact: bool = False) -> list[dict[str, Any]]:
     """Per model: rows embedded, backlog, lag, failures, throughput, live workers and a reindex in
-    progress; what `pgembed status --json` prints."""
+    progress; what `pgembed status --json` prints. A table of more than 100,000 rows is
+    estimated (`"counts": "estimate"`) unless `exact`."""
     with connection(database_url) as conn:
-        return lifecycle_status.all_status(conn)
+        return lifecycle_status.all_status(conn, exact)
 
 
 @contextmanager

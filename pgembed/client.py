@@ -114,10 +114,10 @@ class Client:
         """`pgembed.sync_once` on this Client's database."""
         return api.sync_once(models, self.url)
 
-    def status(self) -> list[dict[str, Any]]:
+    def status(self, *, exact: bool = False) -> list[dict[str, Any]]:
         """`pgembed.status` on this Client's database (through its pool)."""
         with plan.errors(), self._ready().connection() as conn:
-            return lifecycle_status.all_status(conn)
+            return lifecycle_status.all_status(conn, exact)
 
     def close(self) -> None:
         with self._lock:

@@ -169,3 +169,25 @@ def problem(conn: psycopg.Connection, schema: str, name: str, columns: list[str]
             "(dropped or renamed): rename it back, or `pgembed model remove` the model"
         )
     return None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What the statistics say of a table, read without scanning it."""
+
+    live: int  # live rows, counted at each commit by the statistics system
+    null_frac: float | None  # a column's share of NULLs at the last ANALYZE (None: unknown)
+    changed: int  # rows changed since that ANALYZE
+
+
+def estimate(conn: psycopg.Connection, schema: str, name: str, column: str) -> Estimate:
+    row = conn.execute(
+        sqlfiles.get("catalog", "table_estimate"),
+        {"schema": schema, "name": name, "column": column},
+    ).fetchone()
+    if row is None:
+        return Estimate(0, None, 0)
+    live, null_frac, changed = row
+    return Estimate(
+        int(live or 0), float(null_frac) if null_frac is not None else None, int(changed or 0)
+    )

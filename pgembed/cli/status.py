@@ -11,19 +11,25 @@ import psycopg
 
 from pgembed.cli import terminal
 from pgembed.cli.app import App, pass_app
-from pgembed.lifecycle import status
+from pgembed.lifecycle import counts, status
 
 
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--watch", is_flag=True, help="Refresh every --interval seconds.")
 @click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True)
+@click.option(
+    "--exact",
+    is_flag=True,
+    help="Count every table's rows (a full scan; by default a table of more than "
+    f"{counts.EXACT_UP_TO:,} rows is estimated from its statistics, shown with ~).",
+)
 @pass_app
-def status_cmd(app: App, as_json: bool, watch: bool, interval: float) -> None:
+def status_cmd(app: App, as_json: bool, watch: bool, interval: float, exact: bool) -> None:
     """Per model: rows embedded, backlog, lag, failures, throughput and live workers."""
     with app.connect() as conn:
         while True:
-            report = status.all_status(conn)
+            report = status.all_status(conn, exact)
             text = json.dumps(report, indent=2) if as_json else _status_text(conn, report)
             if watch:
                 click.clear()
@@ -45,9 +51,14 @@ def _chunks_text(m: dict[str, Any]) -> str:
         )
     per_row = (m["chunks"] + m["rows_embedded"]) / max(m["rows_embedded"], 1)
     return (
-        f"  chunked: {m['chunks']} chunks beside {m['rows_embedded']} rows "
+        f"  chunked: {_n(m, 'chunks')} chunks beside {_n(m, 'rows_embedded')} rows "
         f"({per_row:.2f} vectors per row)\n"
     )
+
+
+def _n(m: dict[str, Any], field: str) -> str:
+    """A count as it is, or an estimate as one: ~1,000,000."""
+    return str(m[field]) if m["counts"] == "exact" else f"~{m[field]:,}"
 
 
 def _index_text(m: dict[str, Any]) -> str:
@@ -72,11 +83,12 @@ def _status_text(conn: psycopg.Connection, report: list[dict[str, Any]]) -> str:
         lines.append(
             f"{m['name']}: {m['model']} ({m['pooling']}, {m['dimensions']}d) on "
             f"{m['table']}.{'+'.join(m['text_columns'])}\n"
-            f"  embedded {m['rows_embedded']}/{m['rows_total']}  queued {m['queued']}  "
+            f"  embedded {_n(m, 'rows_embedded')}/{_n(m, 'rows_total')}  queued {m['queued']}  "
             f"lag {m['lag_seconds']:.1f}s  failed {m['failed']}  truncated {m['truncated']}  "
             f"{m['rows_per_second']:.1f} rows/s  workers {len(m['workers'])}\n"
             + _chunks_text(m)
             + _index_text(m)
+            + _estimate_text(m)
             + f"  precision {m['precision']}: {m['precision_note']}"
         )
         if m.get("reindex"):
@@ -90,6 +102,12 @@ def _status_text(conn: psycopg.Connection, report: list[dict[str, Any]]) -> str:
             for f in failed
         ]
     return "\n".join(lines)
+
+
+def _estimate_text(m: dict[str, Any]) -> str:
+    if m["counts"] == "exact":
+        return ""
+    return "  ~: estimated from the table's statistics (`pgembed status --exact` counts them)\n"
 
 
 def _broken_text(m: dict[str, Any]) -> str:

@@ -128,9 +128,26 @@ def sync_cmd(
             if quiet:  # else the log said it already
                 terminal.echo(f"model {name} skipped: {reason}", err=True)
         with app.connect() as conn:
-            waiting = store.queued_count(conn, [n for n in names if n not in w.broken])
-        if waiting:
-            click.echo(f"{waiting} rows wait for a retry after a failure: see `pgembed status`")
+            left = store.backlog(conn, [n for n in names if n not in w.broken])
+        for line in backlog_lines(left):
+            click.echo(line)
+
+
+def backlog_lines(left: store.Backlog) -> list[str]:
+    """What `sync --once` left in the queue, by why: only a retry follows a failure."""
+    lines = []
+    if left.retrying:
+        lines.append(f"{left.retrying} rows wait for a retry after a failure: see `pgembed status`")
+    if left.orphaned:
+        lines.append(
+            f"{left.orphaned} rows are leased by a worker that stopped (killed?): they are "
+            f"ready again when its lease ends, in {left.orphaned_seconds:.0f} s"
+        )
+    if left.leased:
+        lines.append(f"{left.leased} rows are being embedded by another running worker")
+    if left.waiting:
+        lines.append(f"{left.waiting} rows came in meanwhile: `pgembed sync --once` again")
+    return lines
 
 
 def _first_contact(

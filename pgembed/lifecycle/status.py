@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import dict_row
 
 from pgembed import defaults, sqlfiles
 from pgembed.catalog import ddl, naming, registry, tables
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import engines
-from pgembed.lifecycle import reindex
+from pgembed.lifecycle import counts, reindex
 
 
 def broken(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
@@ -20,12 +19,11 @@ def broken(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
     return tables.model_problem(conn, spec)
 
 
-def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
-    """The model's numbers; `broken` says why its table cannot be read (its rows are then None)."""
+def model_status(conn: psycopg.Connection, spec: ModelSpec, exact: bool = False) -> dict[str, Any]:
+    """The model's numbers; `broken` says why its table cannot be read (its rows are then None).
+    A table of more than counts.EXACT_UP_TO rows is not counted but estimated (`counts` says
+    which), unless `exact`."""
     problem = broken(conn, spec)
-    rows_total, rows_embedded = (None, None) if problem else _counts(conn, spec)
-    chunks = None if problem else _chunks(conn, spec)
-    index = None if problem else _index(conn, spec)
     with conn.cursor(row_factory=dict_row) as cur:
         stats = (
             cur.execute(sqlfiles.get("lifecycle", "queue_stats"), {"model": spec.name}).fetchone()
@@ -33,6 +31,10 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
         )
         live = {"live": defaults.LIVE_WORKER_SECONDS}
         workers = cur.execute(sqlfiles.get("lifecycle", "live_workers"), live).fetchall()
+    waiting = stats.get("queued", 0) + stats.get("failed", 0)
+    rows = None if problem else counts.rows(conn, spec, waiting, exact)
+    chunks, chunks_exact = (None, True) if problem else _chunks(conn, spec, exact)
+    index = None if problem else _index(conn, spec)
     oldest = stats.get("oldest_queued_seconds")
     return {
         "name": spec.name,
@@ -47,8 +49,10 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
         "model": spec.model_ref,
         "pooling": spec.pooling,
         "dimensions": spec.dimensions,
-        "rows_total": rows_total,
-        "rows_embedded": rows_embedded,
+        "rows_total": rows.total if rows else None,
+        "rows_embedded": rows.embedded if rows else None,
+        # "exact", or "estimate": a large table's rows from its statistics (no scan; counts.py).
+        "counts": None if rows is None else "exact" if rows.exact and chunks_exact else "estimate",
         "long_texts": spec.long_texts,
         # A chunked model's windows past the first (0 for a model that truncates).
         "chunks": chunks,
@@ -80,38 +84,27 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, Any]:
     }
 
 
-def _counts(conn: psycopg.Connection, spec: ModelSpec) -> tuple[int, int]:
-    counts = conn.execute(
-        sql.SQL("SELECT pg_catalog.count(*), pg_catalog.count({}) FROM {}").format(
-            sql.Identifier(spec.embedding_column), naming.table(spec)
-        )
-    ).fetchone()
-    return (counts[0], counts[1]) if counts else (0, 0)
-
-
 def _index(conn: psycopg.Connection, spec: ModelSpec) -> str:
     valid = ddl.index_valid(conn, spec.table_schema, naming.index_name(spec))
     return {True: "built", False: "invalid", None: "missing"}[valid]
 
 
-def _chunks(conn: psycopg.Connection, spec: ModelSpec) -> int:
-    """Rows of the model's chunk table (0 for a model that truncates); an exact count, as rows
-    are. Only for a model that is not broken: its chunk table is pgembed's."""
+def _chunks(conn: psycopg.Connection, spec: ModelSpec, exact: bool) -> tuple[int, bool]:
+    """Rows of the model's chunk table (0 for a model that truncates), and whether counted
+    exactly. Only for a model that is not broken: its chunk table is pgembed's."""
     if not spec.chunked:
-        return 0
-    row = conn.execute(
-        sql.SQL("SELECT pg_catalog.count(*) FROM {}").format(naming.chunk_table(spec))
-    ).fetchone()
-    return int(row[0]) if row else 0
+        return 0, True
+    return counts.chunks(conn, spec, exact)
 
 
-def all_status(conn: psycopg.Connection) -> list[dict[str, Any]]:
-    """One entry per model; a reindex in progress shows under the model it will replace."""
+def all_status(conn: psycopg.Connection, exact: bool = False) -> list[dict[str, Any]]:
+    """One entry per model; a reindex in progress shows under the model it will replace.
+    `exact`: count every table's rows, however large (else large ones are estimated)."""
     specs = registry.all_models(conn)
     shadows = {s.shadow_of: s for s in specs if s.shadow_of is not None}
     return [
         {
-            **model_status(conn, spec),
+            **model_status(conn, spec, exact),
             "version": spec.version,
             "reindex": reindex_status(conn, shadows[spec.name]) if spec.name in shadows else None,
         }

@@ -3,24 +3,34 @@
 
 -- name: queue_stats
 -- status: backlog (queue and inbox), its oldest entry, failures, truncations, recent rows/s.
+-- The backlog is the sum of both (a key inserted again before the first was moved to the queue
+-- counts twice until it is): one pass over each (count and oldest together), no
+-- de-duplication of a million keys.
+WITH q AS (
+    SELECT pg_catalog.count(*) AS n, pg_catalog.min(enqueued_at) AS oldest
+    FROM pgembed.queue WHERE model = %(model)s
+), i AS (
+    SELECT pg_catalog.count(*) AS n, pg_catalog.min(enqueued_at) AS oldest
+    FROM pgembed.inbox WHERE model = %(model)s
+)
 SELECT
-    (SELECT pg_catalog.count(*) FROM (SELECT key FROM pgembed.queue WHERE model = %(model)s
-                           UNION SELECT key FROM pgembed.inbox WHERE model = %(model)s) k
-    ) AS queued,
-    (SELECT extract(epoch FROM pg_catalog.now() - pg_catalog.min(enqueued_at))::float FROM (
-        SELECT enqueued_at FROM pgembed.queue WHERE model = %(model)s
-        UNION ALL SELECT enqueued_at FROM pgembed.inbox WHERE model = %(model)s) e
-    ) AS oldest_queued_seconds,
+    q.n + i.n AS queued,
+    extract(epoch FROM pg_catalog.now() - least(q.oldest, i.oldest))::float AS oldest_queued_seconds,
     (SELECT pg_catalog.count(*) FROM pgembed.failures WHERE model = %(model)s) AS failed,
     (SELECT pg_catalog.count(*) FROM pgembed.truncated WHERE model = %(model)s) AS truncated,
     (SELECT coalesce(pg_catalog.sum(rows), 0)::float / 60::pg_catalog.float8 FROM pgembed.batches
-       WHERE model = %(model)s AND finished_at > pg_catalog.now() - interval '1 minute') AS rows_per_second;
+       WHERE model = %(model)s AND finished_at > pg_catalog.now() - interval '1 minute') AS rows_per_second
+FROM q, i;
 
 -- name: live_workers
--- status: workers heard from within `live` seconds.
+-- status: workers heard from within `live` seconds whose lease keeper is still connected (its
+-- session is named `pgembed worker <last 8 characters of its id>`, sync.sql `name_keeper`): a
+-- killed worker's session ends with it, so it stops counting at once, not a minute later.
 SELECT id, host, pid, models, heartbeat_at
-FROM pgembed.workers
+FROM pgembed.workers w
 WHERE heartbeat_at > pg_catalog.now() - pg_catalog.make_interval(secs => %(live)s)
+  AND EXISTS (SELECT FROM pg_catalog.pg_stat_activity a
+              WHERE a.application_name = 'pgembed worker ' || pg_catalog.right(w.id, 8))
 ORDER BY started_at;
 
 -- name: recent_failures

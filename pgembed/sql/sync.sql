@@ -3,19 +3,33 @@
 -- (capture.notify: whatever queues keys wakes the workers with it).
 
 -- name: claim
--- Take up to `limit` ready keys; the lease is the pushed-forward next_attempt_at, so a killed
--- worker's keys become ready again by themselves. One short statement: no transaction stays open.
-WITH picked AS (
-    SELECT key FROM pgembed.queue
-    WHERE model = %(model)s AND next_attempt_at <= pg_catalog.now()
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
+-- Take up to `limit` ready keys, oldest lease first; the lease is the pushed-forward
+-- next_attempt_at, so a killed worker's keys become ready again by themselves. One short
+-- statement (after `claim_by_index`, in the same short transaction): no transaction stays open.
+-- Its plan does not depend on the queue's statistics, stale after a bulk enqueue (a million
+-- keys of a model ANALYZE never saw): the keys come from queue_ready_idx in its order, stopping
+-- at the LIMIT, and the UPDATE reaches them by ctid (a Tid Scan), so no join is planned that
+-- loops over the whole queue once per picked key (52 s at 1M keys with `UPDATE ... FROM
+-- picked`). A row locked here cannot move: its ctid holds.
 UPDATE pgembed.queue q
 SET next_attempt_at = pg_catalog.now() + pg_catalog.make_interval(secs => %(lease)s), claimed_by = %(worker)s
-FROM picked
-WHERE q.model = %(model)s AND q.key = picked.key
+WHERE q.ctid = ANY (ARRAY(
+    SELECT ctid FROM pgembed.queue
+    WHERE model = %(model)s AND next_attempt_at <= pg_catalog.now()
+    ORDER BY next_attempt_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+))
 RETURNING q.key, q.seq, q.attempts;
+
+-- name: claim_by_index
+-- Just before `claim`, in its transaction: the planner may use index and Tid scans only. On
+-- stale statistics (a model's keys all enqueued at one instant, by `model add`) a bitmap scan
+-- and a sort of every ready key looked cheaper than the index's first rows: 0.13 s a claim at
+-- 100k keys, a second at a million, until the next ANALYZE.
+SELECT pg_catalog.set_config('enable_seqscan', 'off', true),
+       pg_catalog.set_config('enable_bitmapscan', 'off', true),
+       pg_catalog.set_config('enable_sort', 'off', true);
 
 -- name: transfer
 -- Move up to `limit` inbox entries of a model into the queue. SKIP LOCKED lets several workers
@@ -122,11 +136,42 @@ UPDATE pgembed.queue SET next_attempt_at = pg_catalog.now(), claimed_by = NULL
 WHERE claimed_by = %(worker)s;
 
 -- name: queued_count
--- Keys waiting in the queue or, captured but not yet moved, in the inbox.
-SELECT pg_catalog.count(*) FROM (
-    SELECT model, key FROM pgembed.queue WHERE model = ANY(%(models)s)
-    UNION SELECT model, key FROM pgembed.inbox WHERE model = ANY(%(models)s)
-) k;
+-- Keys waiting in the queue or, captured but not yet moved, in the inbox: one count of each (a
+-- key inserted again before it was moved counts twice until it is), not a de-duplication of
+-- every key, which took a second at a million.
+SELECT (SELECT pg_catalog.count(*) FROM pgembed.queue WHERE model = ANY(%(models)s))
+     + (SELECT pg_catalog.count(*) FROM pgembed.inbox WHERE model = ANY(%(models)s));
+
+-- name: backlog
+-- What `sync --once` leaves behind, by why: keys to retry after a failure; keys leased by a
+-- worker whose lease keeper is gone (killed: they are ready again when the lease ends) or still
+-- connected (another worker at work); keys that came in meanwhile (attempts 0, not leased).
+-- The live workers' session names are read once, not per key.
+WITH live AS (
+    SELECT coalesce(pg_catalog.array_agg(application_name), '{}') AS names
+    FROM pg_catalog.pg_stat_activity WHERE application_name LIKE 'pgembed worker %%'
+), q AS (
+    SELECT attempts, next_attempt_at,
+           claimed_by IS NOT NULL AND next_attempt_at > pg_catalog.now() AS leased,
+           coalesce('pgembed worker ' || pg_catalog.right(claimed_by, 8) = ANY (live.names), false)
+               AS live
+    FROM pgembed.queue, live WHERE model = ANY(%(models)s)
+)
+SELECT
+    pg_catalog.count(*) FILTER (WHERE NOT leased AND attempts > 0) AS retrying,
+    pg_catalog.count(*) FILTER (WHERE leased AND NOT live) AS orphaned,
+    extract(epoch FROM pg_catalog.max(next_attempt_at) FILTER (WHERE leased AND NOT live)
+                       - pg_catalog.now())::float AS orphaned_seconds,
+    pg_catalog.count(*) FILTER (WHERE leased AND live) AS leased,
+    pg_catalog.count(*) FILTER (WHERE NOT leased AND attempts = 0)
+    + (SELECT pg_catalog.count(*) FROM pgembed.inbox WHERE model = ANY(%(models)s)) AS waiting
+FROM q;
+
+-- name: name_keeper
+-- A worker's lease keeper names its session after the worker (its id's last 8 characters):
+-- status and `sync --once` tell a live worker from a killed one by it (lifecycle.sql
+-- `live_workers`, `backlog` above).
+SELECT pg_catalog.set_config('application_name', 'pgembed worker ' || pg_catalog.right(%(worker)s, 8), false);
 
 -- name: renew
 -- A live worker keeps the keys it holds: their lease is pushed forward (never back). Only keys
@@ -153,3 +198,7 @@ WHERE q.model = held.model AND q.key = held.key;
 -- Wake the workers listening on `channel` (naming.CHANNEL): `model` has keys to embed, or is new
 -- to them. Sent at commit; only a wake-up: the SKIP LOCKED claim is the source of truth.
 SELECT pg_catalog.pg_notify(%(channel)s, %(model)s);
+
+-- name: in_recovery
+-- A hot standby (a read-only replica) is in recovery: workers refuse it, searches use it.
+SELECT pg_catalog.pg_is_in_recovery();

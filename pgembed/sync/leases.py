@@ -69,7 +69,7 @@ class Keeper:
     def start(self, models: Sequence[str]) -> None:
         """Say the worker is alive now (a fault here is the caller's), then keep at it."""
         self._models = list(models)
-        self._conn = db.connect(self._url, vector=False)
+        self._conn = self._connect()
         self._beat(self._conn)
         self._thread = threading.Thread(target=self._run, name="pgembed-leases", daemon=True)
         self._thread.start()
@@ -100,12 +100,17 @@ class Keeper:
 
     def _tick(self) -> None:
         if self._conn is None or self._conn.closed:
-            self._conn = db.connect(self._url, vector=False)
+            self._conn = self._connect()
         pairs = self.held.pairs()
         if pairs:
             store.renew(self._conn, self._worker_id, pairs, self._lease)
         if time.monotonic() - self._last_beat >= self._heartbeat:
             self._beat(self._conn)
+
+    def _connect(self) -> psycopg.Connection:
+        conn = db.connect(self._url, vector=False)
+        store.name_keeper(conn, self._worker_id)  # this session's life is the worker's
+        return conn
 
     def _beat(self, conn: psycopg.Connection) -> None:
         self._last_beat = time.monotonic()

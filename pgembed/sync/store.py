@@ -21,6 +21,7 @@ from psycopg import sql
 from pgembed import capture, defaults, sqlfiles
 from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
+from pgembed.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,22 @@ class SourceRow:
 def claim(
     conn: psycopg.Connection, model: str, worker: str, limit: int, lease_seconds: float
 ) -> list[Claim]:
-    rows = conn.execute(
-        sqlfiles.get("sync", "claim"),
-        {"model": model, "worker": worker, "limit": limit, "lease": lease_seconds},
-    ).fetchall()
+    """Lease up to `limit` ready keys, oldest first, in one short transaction whose plan reads
+    the queue's index up to the limit, whatever its statistics say."""
+    params = {"model": model, "worker": worker, "limit": limit, "lease": lease_seconds}
+    with conn.transaction():
+        conn.execute(sqlfiles.get("sync", "claim_by_index"))
+        rows = conn.execute(sqlfiles.get("sync", "claim"), params).fetchall()
     return [Claim(key, seq, attempts) for key, seq, attempts in rows]
+
+
+def claim_plan(conn: psycopg.Connection, model: str, limit: int) -> list[str]:
+    """The plan `claim` runs with (EXPLAIN, nothing claimed): tests and the scale benchmark."""
+    params = {"model": model, "worker": "", "limit": limit, "lease": 0}
+    with conn.transaction():
+        conn.execute(sqlfiles.get("sync", "claim_by_index"))
+        rows = conn.execute("EXPLAIN " + sqlfiles.get("sync", "claim"), params).fetchall()
+    return [str(row[0]) for row in rows]
 
 
 def transfer(conn: psycopg.Connection, model: str, limit: int = 10_000) -> int:
@@ -211,6 +223,40 @@ def queued_count(conn: psycopg.Connection, models: Sequence[str]) -> int:
     """Keys waiting in the queue or, captured but not yet moved, in the inbox."""
     row = conn.execute(sqlfiles.get("sync", "queued_count"), {"models": list(models)}).fetchone()
     return int(row[0]) if row else 0
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Keys left in the queue after a `sync --once`, by why they are there."""
+
+    retrying: int  # after a failure, at their next attempt
+    orphaned: int  # leased by a worker that is gone (killed): ready when the lease ends
+    orphaned_seconds: float  # until the last of those leases ends
+    leased: int  # held by another worker that is still connected
+    waiting: int  # came in meanwhile: neither tried nor leased
+
+
+def backlog(conn: psycopg.Connection, models: Sequence[str]) -> Backlog:
+    row = conn.execute(sqlfiles.get("sync", "backlog"), {"models": list(models)}).fetchone()
+    if row is None:
+        return Backlog(0, 0, 0.0, 0, 0)
+    retrying, orphaned, seconds, leased, waiting = row
+    return Backlog(retrying, orphaned, max(0.0, seconds or 0.0), leased, waiting)
+
+
+def require_primary(conn: psycopg.Connection) -> None:
+    """Refuse a hot standby: a worker writes vectors and queue rows, which only a primary takes."""
+    row = conn.execute(sqlfiles.get("sync", "in_recovery")).fetchone()
+    if row and row[0]:
+        raise ConfigError(
+            "this database is a read-only hot standby: `pgembed sync` writes vectors, so run it "
+            "against the primary (searches, `pgembed query`, `serve` and Client work on a standby)"
+        )
+
+
+def name_keeper(conn: psycopg.Connection, worker: str) -> None:
+    """Name the lease keeper's session after its worker: how status tells it is alive."""
+    conn.execute(sqlfiles.get("sync", "name_keeper"), {"worker": worker})
 
 
 def listen(conn: psycopg.Connection) -> None:

@@ -154,6 +154,7 @@ class Worker:
         try:
             listener = db.connect(self.url, vector=False)
             migrate.require_current(conn)
+            store.require_primary(conn)
             store.listen(listener)
             if self._started:  # claims held before the fault are dead: hand them back now
                 store.release_worker(conn, self.id)
