@@ -4,6 +4,8 @@ python -m bench [--rows 2000] [--repeats 3] [--corpus FILE] [--database-url URL]
                 [--only throughput,capture,latency,search,serve,bigrow,indexpath,engines,chunking]
                 [--no-write] [--scifact ../shared/data/scifact]  (SciFact nDCG@10 of each engine)
                 [--chunk-rows 2000]  (IMDb reviews of the chunking section)
+python -m bench --only searchscale [--scale-rows 10000,100000,1000000] [--scale-build-only]
+                [--database-url URL of a server that outlives the run: its tables are kept]
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from bench import (
     latency,
     report,
     search,
+    searchscale,
     serve,
     throughput,
 )
@@ -43,7 +46,16 @@ SECTIONS = (
     "engines",
     "chunking",
 )
-OWN_SECTIONS = {"serve", "bigrow", "indexpath", "engines", "chunking"}  # not in the main one
+# Asked for by name only (--only searchscale): a 1M-row table takes long to build.
+OPTIONAL = ("searchscale",)
+OWN_SECTIONS = {
+    "serve",
+    "bigrow",
+    "indexpath",
+    "engines",
+    "chunking",
+    "searchscale",
+}  # not in the main one
 
 
 def machine() -> str:
@@ -80,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="don't update BENCHMARKS.md")
     parser.add_argument("--scifact", type=Path, help="BEIR SciFact directory: engines' nDCG@10")
     parser.add_argument("--chunk-rows", type=int, default=chunking.IMDB_ROWS, help="IMDb rows (n)")
+    parser.add_argument("--scale-rows", default=",".join(map(str, searchscale.SIZES)))
+    parser.add_argument("--scale-build-only", action="store_true", help="build the tables, stop")
+    parser.add_argument(
+        "--scale-cache", type=Path, default=Path(".bench-cache"), help="embedded reviews (o)"
+    )
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
     texts = file_corpus(args.corpus, args.rows) if args.corpus else generated_corpus(args.rows)
@@ -87,8 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, object] = {}
     index_path: tuple[list[indexpath.Table], str] | None = None  # l: a section of its own
     chunked: list[chunking.Corpus] | None = None  # n: a section of its own
+    scaled: dict[str, object] | None = None  # o: a section of its own, in a kept database
     started = time.monotonic()
     with server(args.database_url) as url:
+        if "searchscale" in only:
+            scaled = searchscale.run(
+                url,
+                args.corpus or indexpath.REVIEWS,
+                args.scale_cache,
+                tuple(int(n) for n in args.scale_rows.split(",")),
+                args.scale_build_only,
+            )
+            print(searchscale.report(scaled), flush=True)
         database = Database(url)
         try:
             with database.connect() as conn:
@@ -156,7 +183,13 @@ def main(argv: list[str] | None = None) -> int:
             chunked, machine(), command.strip(), results.get("postgres"), seconds
         )
         print("\n" + chunk_text)
+    scale_text = None
+    if scaled and "measured" in scaled:
+        scale_text = searchscale.document(scaled, machine(), command.strip(), seconds)
+        print("\n" + scale_text)
     if not args.no_write:
+        if scale_text:
+            report.write(Path("BENCHMARKS.md"), scale_text, searchscale.START, searchscale.END)
         if main_ran:
             report.write(Path("BENCHMARKS.md"), text)
         if serve_text:
