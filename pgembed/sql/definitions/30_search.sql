@@ -376,7 +376,8 @@ DECLARE
     total double precision;
     matching double precision;
     cutoff double precision;
-    f record;
+    conditions text := '';
+    args jsonb;
 BEGIN
     SELECT nullif(c.reltuples, -1) INTO total FROM pg_class c WHERE c.oid = rel;
     matching := total;
@@ -384,8 +385,10 @@ BEGIN
         chunks := pgembed._model_chunks_v1(m);
     END IF;
     IF filter IS NOT NULL AND jsonb_typeof(filter) <> 'null' THEN
-        f := pgembed._filter_v1(m, filter, 1);
-        matching := pgembed._matching_v1(m, f.clause, f.args);
+        SELECT f.clause, f.args INTO conditions, args FROM pgembed._filter_v1(m, filter, 1) f;
+    END IF;
+    IF conditions <> '' THEN  -- a filter ({} is none)
+        matching := pgembed._matching_v1(m, conditions, args);
         cutoff := coalesce(nullif(current_setting('pgembed.exact_rows', true), '')::float8, 20000);
         IF matching * (1 + coalesce((SELECT greatest(c.reltuples, 0) FROM pg_class c
                                      WHERE c.oid = chunks) / nullif(total, 0), 0)) < cutoff THEN
