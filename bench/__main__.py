@@ -6,6 +6,8 @@ python -m bench [--rows 2000] [--repeats 3] [--corpus FILE] [--database-url URL]
                 [--no-write] [--scifact ../shared/data/scifact]  (SciFact nDCG@10 of each engine)
                 [--chunk-rows 2000]  (IMDb reviews of the chunking section)
                 [--scale-sizes 10000,100000,1000000] [--scale-home DIR]  (the scale section)
+python -m bench --only searchscale [--scale-rows 10000,100000,1000000] [--scale-build-only]
+                [--database-url URL of a server that outlives the run: its tables are kept]
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from bench import (
     report,
     scale,
     search,
+    searchscale,
     serve,
     throughput,
 )
@@ -48,8 +51,19 @@ SECTIONS = (
     "chunking",
     "concurrency",
 )
-OWN_SECTIONS = {"serve", "bigrow", "indexpath", "engines", "chunking", "concurrency", "scale"}
-ON_REQUEST = {"scale"}  # minutes to an hour, a dataset of gigabytes: only with --only scale
+# Asked for by name only (not in SECTIONS): minutes to an hour, datasets of gigabytes. `scale`
+# runs on a server of its own (_scale); `searchscale` builds its tables in a kept database.
+ON_REQUEST = {"scale"}
+OWN_SECTIONS = {
+    "serve",
+    "bigrow",
+    "indexpath",
+    "engines",
+    "chunking",
+    "concurrency",
+    "scale",
+    "searchscale",
+}  # not in the main one
 
 
 def machine() -> str:
@@ -100,6 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="skip the sync workers' run (reuse the real vectors of an earlier one)",
     )
+    parser.add_argument(
+        "--scale-rows", default=",".join(map(str, searchscale.SIZES)), help="rows (searchscale)"
+    )
+    parser.add_argument("--scale-build-only", action="store_true", help="build the tables, stop")
+    parser.add_argument(
+        "--scale-cache", type=Path, default=Path(".bench-cache"), help="embedded reviews (o)"
+    )
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
     if only <= ON_REQUEST:
@@ -110,8 +131,18 @@ def main(argv: list[str] | None = None) -> int:
     index_path: tuple[list[indexpath.Table], str] | None = None  # l: a section of its own
     chunked: list[chunking.Corpus] | None = None  # n: a section of its own
     many: concurrency.Run | None = None  # serving many clients: a section of its own
+    scaled: dict[str, object] | None = None  # o: a section of its own, in a kept database
     started = time.monotonic()
     with server(args.database_url) as url:
+        if "searchscale" in only:
+            scaled = searchscale.run(
+                url,
+                args.corpus or indexpath.REVIEWS,
+                args.scale_cache,
+                tuple(int(n) for n in args.scale_rows.split(",")),
+                args.scale_build_only,
+            )
+            print(searchscale.report(scaled), flush=True)
         database = Database(url)
         try:
             with database.connect() as conn:
@@ -185,7 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     if many:
         many_text = concurrency.document(many, machine(), command.strip(), seconds)
         print("\n" + many_text)
+    scale_text = None
+    if scaled and "measured" in scaled:
+        scale_text = searchscale.document(scaled, machine(), command.strip(), seconds)
+        print("\n" + scale_text)
     if not args.no_write:
+        if scale_text:
+            report.write(Path("BENCHMARKS.md"), scale_text, searchscale.START, searchscale.END)
         if main_ran:
             report.write(Path("BENCHMARKS.md"), text)
         if serve_text:

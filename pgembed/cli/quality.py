@@ -71,7 +71,7 @@ def eval_cmd(
 @click.option(
     "--allow-below-default",
     is_flag=True,
-    help="Also try ef_search below the server's default (40), which can lower recall.",
+    help="Also try ef_search below the default (40, more on big tables): can lower recall.",
 )
 @click.option(
     "--sample",
@@ -94,7 +94,7 @@ def tune_cmd(
 ) -> None:
     """Find the smallest ef_search meeting the target recall@k and make it NAME's default.
 
-    Never below the server's default ef_search unless --allow-below-default."""
+    Never below the default ef_search (an untuned model's) unless --allow-below-default."""
     texts = tune.read_queries(queries_path) if queries_path else []
     with app.connect() as conn:
         spec = registry.get(conn, name)

@@ -58,6 +58,13 @@ def query_cmd(
     # (encode/light.py), which takes a cold start from seconds to under one.
     with app.connect() as conn, embedder.light_encoder():
         hits = planner.run(conn, request)
+        # Nothing found under a filter: say why when a value is one no row has (an error, like
+        # any bad input), else say so on stderr, rather than print nothing.
+        note = planner.filter_note(conn, request) if not hits else None
+    if note:
+        raise UsageError(f"no rows: {note}")
+    if not hits and request.filter:
+        click.echo("no rows match the filter", err=True)
     if as_json:
         # Keys keep their JSON type (an integer key is a number); others (uuid, date) are strings.
         click.echo(json.dumps([dataclasses.asdict(h) for h in hits], default=str))

@@ -142,7 +142,8 @@ def evaluate(
         raise UsageError("no query in the qrels has a text in the queries file")
     vectors = embedder.get(settings_of(spec)).encode_queries([queries[q] for q in ids])
     exact = topk.exact(conn, spec, vectors, k)
-    indexed = topk.indexed(conn, spec, vectors, k, spec.ef_search)
+    ef_search = topk.effective_ef_search(conn, spec, spec.ef_search)  # as pgembed.search
+    indexed = topk.indexed(conn, spec, vectors, k, ef_search)
     judged = {doc for qid in ids for doc in qrels[qid]}
     return Evaluation(
         model=spec.name,
@@ -153,6 +154,6 @@ def evaluate(
         exact=score(dict(zip(ids, exact, strict=True)), qrels, k),
         indexed=score(dict(zip(ids, indexed, strict=True)), qrels, k),
         index_recall=overlap(indexed, exact),
-        ef_search=topk.effective_ef_search(conn, spec.ef_search),
+        ef_search=ef_search,
         index_used=topk.uses_index(conn, spec, vectors[0], k),
     )

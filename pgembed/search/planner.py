@@ -373,6 +373,19 @@ def hybrid(
     return execute(conn, _hybrid_plan(spec, request))
 
 
+def filter_note(conn: psycopg.Connection, request: SearchRequest) -> str | None:
+    """Why the request's filter may match no row, when the statistics can tell: a text value no
+    row has, with the column's values (pgembed.filter_note); else None."""
+    if not request.filter:
+        return None
+    return execute(conn, _filter_note_plan(request.model, request.filter))
+
+
+def _filter_note_plan(model: str, filter: Filter) -> Plan[str | None]:
+    rows = yield Fetch("SELECT pgembed.filter_note(%s, %s)", (model, Jsonb(dict(filter))))
+    return rows[0][0] if rows else None
+
+
 def parse_filter(text: str | None) -> dict[str, Any] | None:
     """A --filter option: a JSON object, or a usage error that fits on one line."""
     if text is None:

@@ -69,7 +69,7 @@ def indexed(
     with conn.transaction():
         _prefer_index(conn, ef_search)
         if spec.chunked:  # pgembed.search takes its ef_search from here, not hnsw.ef_search
-            plan.set_ef_search(conn, effective_ef_search(conn, ef_search))
+            plan.set_ef_search(conn, effective_ef_search(conn, spec, ef_search))
             return _run(conn, _SEARCH, vectors, k, spec.name)
         return _run(conn, _top_k(conn, spec, tie_break=False), vectors, k)
 
@@ -95,13 +95,25 @@ def _run(
         ]
 
 
-def effective_ef_search(conn: psycopg.Connection, ef_search: int | None) -> int:
-    """The ef_search an indexed search runs with: the model's, else the server's (pgvector: 40)."""
+def effective_ef_search(conn: psycopg.Connection, spec: ModelSpec, ef_search: int | None) -> int:
+    """The ef_search pgembed's search of the model runs with (no filter): `ef_search` (the
+    model's), else the server's or session's own hnsw.ef_search, else pgembed's default for the
+    table's size (pgembed._default_ef_v1: pgvector's 40 below some 1,250 rows)."""
     if ef_search is not None:
         return ef_search
-    conn.execute("LOAD 'vector'")  # so that SHOW knows the parameter's default
-    row = conn.execute("SHOW hnsw.ef_search").fetchone()
-    return int(row[0]) if row else 40
+    conn.execute("LOAD 'vector'")  # so that current_setting knows the parameter
+    row = conn.execute(
+        "SELECT pg_catalog.current_setting('hnsw.ef_search'), pgembed._default_ef_v1(("
+        "SELECT CASE WHEN c.reltuples OPERATOR(pg_catalog.>=) 0::pg_catalog.float4 "
+        "THEN c.reltuples END FROM pg_catalog.pg_class c "
+        "WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass("
+        "pg_catalog.format('%%I.%%I', %s::text, %s::text))))",
+        (spec.table_schema, spec.table_name),
+    ).fetchone()
+    if row is None:
+        return 40
+    own, default = row
+    return int(own) if own != "40" else int(default)
 
 
 def uses_index(conn: psycopg.Connection, spec: ModelSpec, vector: Vectors, k: int) -> bool:

@@ -6,7 +6,8 @@ queries that are not rows of the table: the user's query texts, or else excerpts
 sits on the graph the index searches and is found far more easily than a real query, so it
 flattered small ef_search values (docs/evaluation.md has the measurements). The target must be
 met with 95 % confidence (the sample is a sample), and unless asked tune never goes below the
-server's default ef_search (pgvector: 40) nor records a recall below the default's.
+default ef_search an untuned model searches with (pgvector's 40, or pgembed's default for the
+table's size, see topk.effective_ef_search) nor records a recall below the default's.
 The value found is recorded as the model's `ef_search`, which pgembed's searches then apply.
 """
 
@@ -82,7 +83,7 @@ def tune(
         raise NotFoundError(f"model {spec.name!r} has no vectors yet: run `pgembed sync`")
     vectors = embedder.get(settings_of(spec)).encode_queries(texts)
     exact = topk.exact(conn, spec, vectors, k)
-    default = topk.effective_ef_search(conn, None)
+    default = topk.effective_ef_search(conn, spec, None)
     steps: list[Step] = []
     floor = 0.0  # no recall recorded may be below it: the default's, unless allowed below
     for ef in ladder(k, default, allow_below_default):

@@ -74,7 +74,9 @@ def test_concurrent_model_changes_each_rebuild_the_function(
     source = reviews.execute(
         "SELECT prosrc FROM pg_proc WHERE oid = 'pgembed.search'::regproc"
     ).fetchone()
-    assert source is not None and "'50'" in source[0] and "'60'" in source[0]
+    assert source is not None
+    assert "_index_effort_v1('public.copy0', k, 50)" in source[0]
+    assert "_index_effort_v1('public.copy1', k, 60)" in source[0]
     query = reviews.execute("SELECT embedding_m0 FROM copy0 WHERE id = 1").fetchone()
     assert query is not None
     for i in range(3):  # every model has its branch: the row itself comes first

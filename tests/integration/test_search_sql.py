@@ -109,7 +109,8 @@ def test_filter_matching_2_percent_returns_k_rows(items: psycopg.Connection) -> 
     rare = {"bucket": "rare"}
     statement = "SELECT key FROM pgembed.search('minilm', %s, 10, %s)"
     assert items.execute("SELECT count(*) FROM items WHERE bucket = 'rare'").fetchone() == (60,)
-    # Left alone, the planner may sort the 60 matches; force the HNSW path to test it.
+    # Left alone, the helper reads the 60 matches exactly; force the HNSW path to test it.
+    items.execute("SET pgembed.exact_rows = 0")
     items.execute("SET enable_seqscan = off")
     with plans(items) as found:
         keys = [k for (k,) in rows(items, statement, q, json.dumps(rare))]
@@ -142,33 +143,34 @@ def test_ef_search_model_default_and_user_setting(items: psycopg.Connection) -> 
     items.execute(f"GRANT SELECT ON items, pgembed.models TO {role}")
     items.execute(f"SET ROLE {role}")
 
-    def searched() -> tuple[int, str]:
-        row = items.execute("SELECT count(*) FROM pgembed.search('minilm', %s, 100)", (q,))
+    def searched(k: int = 20) -> tuple[int, str]:
+        row = items.execute("SELECT count(*) FROM pgembed.search('minilm', %s, %s)", (q, k))
         seen = items.execute("SELECT current_setting('probe.ef_search')").fetchone()
         return int((row.fetchone() or (0,))[0]), str((seen or ("",))[0])
 
     try:
-        assert searched() == (100, "40")  # iterative scans go past ef_search; pgvector's default
+        assert searched() == (20, "42")  # pgembed's default for 3,000 rows (80 at 10,000)
+        assert searched(100) == (100, "100")  # and at least k
         items.execute("RESET ROLE")
         items.execute("UPDATE pgembed.models SET ef_search = 60 WHERE name = 'minilm'")
         items.execute(f"SET ROLE {role}")
-        assert searched() == (100, "60")  # the model's default (`pgembed tune` sets it)
+        assert searched() == (20, "60")  # the model's default (`pgembed tune` sets it)
         items.execute("SET hnsw.ef_search = 70")
-        assert searched() == (100, "70")  # the user's SET wins
+        assert searched() == (20, "70")  # the user's SET wins
         with items.transaction():
             items.execute("SET LOCAL hnsw.ef_search = 30")
             items.execute("SET LOCAL hnsw.iterative_scan = strict_order")
-            assert searched() == (100, "30")
+            assert searched(100) == (100, "30")  # as it is: iterative scans go past ef_search
             # The helper's own settings end with it: the caller's stay as they were.
             assert items.execute("SHOW hnsw.ef_search").fetchone() == ("30",)
             assert items.execute("SHOW hnsw.iterative_scan").fetchone() == ("strict_order",)
         # pgvector's built-in values cannot be told from unset ones: they mean "pgembed's choice".
         items.execute("SET hnsw.ef_search = 40")
         items.execute("SET hnsw.iterative_scan = off")
-        assert searched() == (100, "60")
+        assert searched() == (20, "60")
         # pgembed.ef_search wins over everything, 40 included (`pgembed query --ef-search 40`).
         items.execute("SET pgembed.ef_search = 40")
-        assert searched() == (100, "40")
+        assert searched() == (20, "40")
         filtered = "SELECT count(*) FROM pgembed.search('minilm', %s, 5, '{\"id\": {\"$gte\": 0}}')"
         assert items.execute(filtered, (q,)).fetchone() == (5,)
         seen = items.execute("SELECT current_setting('probe.ef_search')").fetchone()

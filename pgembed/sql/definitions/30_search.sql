@@ -124,9 +124,74 @@ BEGIN
         FOR op, val IN SELECT * FROM jsonb_each(spec) LOOP
             clause := clause || ' AND '
                 || pgembed._condition_v1(col, typ, op, val, param, jsonb_array_length(args));
+            PERFORM pgembed._check_value_v1(col, typ, v)
+                FROM jsonb_array_elements(CASE WHEN op = '$in' THEN val
+                                               ELSE jsonb_build_array(val) END) v;
             args := args || jsonb_build_array(val);
         END LOOP;
     END LOOP;
+END
+$fn$;
+
+-- A filter value that is not of its column's type, as an error that names the column (the cast
+-- in the search would say only `invalid input syntax for type bigint: "eight"`).
+CREATE OR REPLACE FUNCTION pgembed._check_value_v1(col text, typ text, val jsonb) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    -- `typ || ''`, not `typ`: pg_input_is_valid keeps the type of its first call when the type
+    -- is a parameter, and PL/pgSQL keeps that state from one call of this function to the next.
+    IF jsonb_typeof(val) <> 'null' AND NOT pg_input_is_valid(val #>> '{}', typ || '') THEN
+        RAISE EXCEPTION 'filter on %: % is not a value of its type % (%)', to_json(col)::text,
+            val::text, typ, (pg_input_error_info(val #>> '{}', typ || '')).message
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$fn$;
+
+-- Why a filter may match no row, when the statistics can tell (else NULL): a text value that no
+-- row has, of a column whose values ANALYZE saw all of (its most common values cover every row:
+-- a column of few distinct values, such as a category or a sentiment). One line that names the
+-- column and its values, for a front end to show when a search returns nothing.
+CREATE OR REPLACE FUNCTION pgembed.filter_note(model text, filter jsonb) RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    m pgembed.models := pgembed._model_v1(model);
+    col text;
+    spec jsonb;
+    wanted jsonb;
+    known text[];
+    missing text;
+BEGIN
+    IF jsonb_typeof(filter) IS DISTINCT FROM 'object' THEN
+        RETURN NULL;
+    END IF;
+    FOR col, spec IN SELECT * FROM jsonb_each(filter) LOOP
+        wanted := CASE WHEN jsonb_typeof(spec) IN ('string', 'number', 'boolean')
+                       THEN jsonb_build_array(spec)
+                       WHEN jsonb_typeof(spec -> '$eq') <> 'null' THEN jsonb_build_array(spec -> '$eq')
+                       WHEN jsonb_typeof(spec -> '$in') = 'array' THEN spec -> '$in' END;
+        CONTINUE WHEN wanted IS NULL OR jsonb_array_length(wanted) = 0;
+        SELECT s.most_common_vals::text::text[] INTO known
+        FROM pg_stats s JOIN pg_attribute a
+             ON a.attrelid = format('%I.%I', m.table_schema, m.table_name)::regclass
+            AND a.attname = s.attname
+        JOIN pg_type t ON t.oid = a.atttypid
+        WHERE s.schemaname = m.table_schema AND s.tablename = m.table_name AND s.attname = col
+          AND t.typcategory = 'S'  -- text values: their text is the value
+          AND s.most_common_vals IS NOT NULL
+          AND (SELECT sum(f) FROM unnest(s.most_common_freqs) f) + s.null_frac >= 0.999;
+        CONTINUE WHEN known IS NULL;
+        SELECT string_agg(w::text, ', ') INTO missing
+        FROM jsonb_array_elements(wanted) w WHERE NOT (w #>> '{}') = ANY (known);
+        IF missing IS NOT NULL AND (SELECT count(*) FROM jsonb_array_elements(wanted) w
+                                    WHERE (w #>> '{}') = ANY (known)) = 0 THEN
+            RETURN format('no row has %s = %s (its values: %s)', to_json(col)::text, missing,
+                          (SELECT string_agg(to_json(v)::text, ', ' ORDER BY v)
+                           FROM unnest(known[1:20]) v)
+                          || CASE WHEN cardinality(known) > 20 THEN ', ...' ELSE '' END);
+        END IF;
+    END LOOP;
+    RETURN NULL;
 END
 $fn$;
 
@@ -138,8 +203,10 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
            current_setting('pgembed.applied_' || replace(knob, '.', '_'), true)
 $fn$;
 
--- {hnsw.ef_search, hnsw.iterative_scan} for a search with this model: pgembed.ef_search when set,
--- else the caller's own values, else the model's ef_search (NULL: pgvector's) and relaxed scans.
+-- {hnsw.ef_search, hnsw.iterative_scan, whose ef_search} for a search with this model:
+-- pgembed.ef_search when set, else the caller's own values (the third element then says 'own':
+-- used as they are), else the model's ef_search (NULL: none recorded; _effort_v1 makes the
+-- default from the table's size and the filter's selectivity) and relaxed scans.
 CREATE OR REPLACE FUNCTION pgembed._settings_v1(model text) RETURNS text[]
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT ARRAY[
@@ -150,7 +217,10 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
              ELSE (SELECT m.ef_search::text FROM pgembed.models m WHERE m.name = model) END,
         CASE WHEN pgembed._own_setting_v1('hnsw.iterative_scan', 'off')
              THEN current_setting('hnsw.iterative_scan', true)
-             ELSE 'relaxed_order' END]
+             ELSE 'relaxed_order' END,
+        CASE WHEN nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL
+                  OR pgembed._own_setting_v1('hnsw.ef_search', '40')
+             THEN 'own' END]
 $fn$;
 
 -- SET LOCAL the two settings _settings_v1 chose (a NULL leaves that one alone).
@@ -235,6 +305,144 @@ CREATE OR REPLACE FUNCTION pgembed._exact_v1(rel regclass) RETURNS boolean
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT coalesce(c.reltuples >= 0 AND c.reltuples < 200, false)
     FROM pg_class c WHERE c.oid = rel
+$fn$;
+
+-- The default search effort (hnsw.ef_search) of an index search over `rows` rows, for a model
+-- with none recorded (`pgembed tune` records one, often smaller): 80 at 10,000 rows, 3.5 times
+-- as much for each tenfold growth (280 at 100,000, 980 at 1,000,000; pgvector's 40 below some
+-- 2,800 rows; at most 1000), as an index's recall at a fixed ef_search falls as it grows. Chosen
+-- for recall@10 >= 0.95 against exact search at 10k and 1M rows of review vectors
+-- (BENCHMARKS.md, "Search at scale"). A table never counted (NULL) gets 80.
+CREATE OR REPLACE FUNCTION pgembed._default_ef_v1(rows double precision) RETURNS integer
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT least(1000, greatest(40, round(80 * power(coalesce(rows, 10000) / 10000.0, log(3.5)))))
+           ::integer
+$fn$;
+
+-- The ef_search of an index search that pgembed chooses itself: the model's recorded one (else
+-- the default above), divided by the share of rows the filter matches (`selectivity`, 1 without
+-- a filter): the walk meets about 1/selectivity rows for each one it may keep. At least k (a
+-- walk narrower than k finds k rows only by iterating), at most pgvector's 1000.
+CREATE OR REPLACE FUNCTION pgembed._effort_v1(
+    rows double precision, k integer, tuned integer, selectivity double precision
+) RETURNS integer
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT least(1000, greatest(k, ceil(coalesce(tuned, pgembed._default_ef_v1(rows))
+                                        / greatest(least(selectivity, 1), 0.001))))::integer
+$fn$;
+
+-- pgembed.search's choice without a filter: 0 (an exact scan) for a tiny table (_exact_v1), else
+-- the ef_search of its index search.
+CREATE OR REPLACE FUNCTION pgembed._index_effort_v1(rel regclass, k integer, tuned integer)
+RETURNS integer
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT CASE WHEN c.reltuples >= 0 AND c.reltuples < 200 THEN 0
+                ELSE pgembed._effort_v1(nullif(c.reltuples, -1), k, tuned, 1) END
+    FROM pg_class c WHERE c.oid = rel
+$fn$;
+
+-- How many of the model's rows have a vector and match `conditions` (" AND ..." on t.<column>,
+-- values in $1 as _filter_v1 makes them), by the planner's estimate: the statistics ANALYZE keeps
+-- (pg_stats: most common values, histograms), with the values known. Plans, reads no row.
+CREATE OR REPLACE FUNCTION pgembed._matching_v1(m pgembed.models, conditions text, args jsonb)
+RETURNS double precision
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$  -- EXPLAIN needs VOLATILE
+DECLARE
+    plan json;
+BEGIN
+    EXECUTE format('EXPLAIN (FORMAT JSON) SELECT FROM %I.%I t WHERE t.%I IS NOT NULL%s',
+                   m.table_schema, m.table_name, m.embedding_column, conditions)
+        INTO plan USING args;
+    RETURN (plan -> 0 -> 'Plan' ->> 'Plan Rows')::double precision;
+END
+$fn$;
+
+-- How a search with `filter` reads the model's rows: 0, exactly (each matching row's distance,
+-- the k nearest kept), else through the HNSW index with the ef_search returned.
+-- - No filter: exactly below 200 rows (_exact_v1), else the index.
+-- - A filter: exactly when the planner expects it to match fewer rows than pgembed.exact_rows
+--   (default 20,000; a chunked model's rows count with their chunks): reading that many rows
+--   (by a B-tree index on the filtered column, when there is one) costs a few milliseconds
+--   and is exact, where an index walk would meet mostly rows the filter drops. Else the index,
+--   with an effort scaled to the filter's selectivity (_effort_v1).
+-- The caller's own ef_search (settings[3] = 'own', see _settings_v1) is used as it is.
+CREATE OR REPLACE FUNCTION pgembed._path_v1(
+    m pgembed.models, filter jsonb, k integer, settings text[]
+) RETURNS integer
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    rel regclass := format('%I.%I', m.table_schema, m.table_name)::regclass;
+    chunks regclass;
+    total double precision;
+    matching double precision;
+    cutoff double precision;
+    conditions text := '';
+    args jsonb;
+BEGIN
+    SELECT nullif(c.reltuples, -1) INTO total FROM pg_class c WHERE c.oid = rel;
+    matching := total;
+    IF m.long_texts = 'chunk' THEN
+        chunks := pgembed._model_chunks_v1(m);
+    END IF;
+    IF filter IS NOT NULL AND jsonb_typeof(filter) <> 'null' THEN
+        SELECT f.clause, f.args INTO conditions, args FROM pgembed._filter_v1(m, filter, 1) f;
+    END IF;
+    IF conditions <> '' THEN  -- a filter ({} is none)
+        matching := pgembed._matching_v1(m, conditions, args);
+        cutoff := coalesce(nullif(current_setting('pgembed.exact_rows', true), '')::float8, 20000);
+        IF matching * (1 + coalesce((SELECT greatest(c.reltuples, 0) FROM pg_class c
+                                     WHERE c.oid = chunks) / nullif(total, 0), 0)) < cutoff THEN
+            RETURN 0;
+        END IF;
+    ELSIF pgembed._exact_v1(rel) AND (chunks IS NULL OR pgembed._exact_v1(chunks)) THEN
+        RETURN 0;
+    END IF;
+    IF settings[3] = 'own' THEN
+        RETURN settings[1]::integer;
+    END IF;
+    RETURN pgembed._effort_v1(total, k, settings[1]::integer,
+                              coalesce(matching / nullif(total, 0), 1));
+END
+$fn$;
+
+-- The same rows as _semantic_v1 (key as text, distance, settled) by an exact scan: every row
+-- that meets `conditions` is read (by whatever index its conditions can use, never the HNSW one:
+-- OFFSET 0 keeps the rows out of the index's order), the `lim` nearest kept, nearest first. A
+-- chunked model's row by its best window, every chunk of the matching rows read.
+CREATE OR REPLACE FUNCTION pgembed._scan_v1(m pgembed.models, conditions text, lim text)
+RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    IF m.long_texts = 'chunk' AND pgembed._model_chunks_v1(m) IS NULL THEN
+        RETURN pgembed._semantic_v1(m, conditions, lim, 1);  -- its error
+    END IF;
+    IF m.long_texts <> 'chunk' THEN
+        RETURN format(
+            'SELECT s.key, s.distance, true AS settled FROM (
+                 SELECT t.%1$I::text AS key, t.%2$I %6$s $1 AS distance
+                 FROM %3$I.%4$I t
+                 WHERE t.%2$I IS NOT NULL%5$s
+                 OFFSET 0) s
+             ORDER BY s.distance
+             LIMIT %7$s',
+            m.key_column, m.embedding_column, m.table_schema, m.table_name, conditions,
+            pgembed._distance_v1(), lim);
+    END IF;
+    RETURN format(
+        'SELECT u.key, min(u.distance) AS distance, true AS settled FROM (
+             SELECT t.%1$I::text AS key, t.%2$I %6$s $1 AS distance
+             FROM %3$I.%4$I t
+             WHERE t.%2$I IS NOT NULL%5$s
+             UNION ALL
+             SELECT t.%1$I::text, c.embedding %6$s $1
+             FROM %8$s c JOIN %3$I.%4$I t ON t.%1$I = c.key
+             WHERE t.%2$I IS NOT NULL%5$s) u
+         GROUP BY u.key
+         ORDER BY 2
+         LIMIT %7$s',
+        m.key_column, m.embedding_column, m.table_schema, m.table_name, conditions,
+        pgembed._distance_v1(), lim, pgembed._model_chunks_v1(m));
+END
 $fn$;
 
 -- A chunked model's chunk table, pgembed_<name>_chunks beside its table, if it is pgembed's
@@ -323,7 +531,7 @@ DECLARE
     m pgembed.models := pgembed._model_v1(model);
     f record;
     not_self text := '';
-    knob text;
+    effort integer;
     caller text;
     depth integer;
     keys text[];
@@ -337,34 +545,56 @@ BEGIN
                           pgembed._column_type_v1(m, m.key_column));
     END IF;
     PERFORM pgembed._use_settings_v1(settings);
-    -- Without a filter, the path pgembed.search takes: an exact scan of a tiny table (index scans
-    -- off), else the index (sequential scans off). With one, the planner weighs the index against
-    -- the rows the filter leaves.
-    IF f.clause = '' THEN
-        knob := CASE WHEN pgembed._exact_v1(format('%I.%I', m.table_schema, m.table_name)::regclass)
-                          AND (m.long_texts <> 'chunk'
-                               OR pgembed._exact_v1(pgembed._model_chunks_v1(m)))
-                     THEN 'enable_indexscan' ELSE 'enable_seqscan' END;
-        caller := current_setting(knob);
-        PERFORM set_config(knob, 'off', true);
-    END IF;
-    -- A chunked model's rows are certain once no unread chunk could change them: read deeper
-    -- until they are (usually at once; 4^6 times k chunks at most).
-    depth := 4;
-    LOOP
+    -- An exact scan of the rows when they are few, else the index (_path_v1). Every read below
+    -- sorts by `distance + 0`: the planner takes an index scan's rows for sorted by distance and
+    -- would skip a sort by `distance` itself (PostgreSQL 16's presorted aggregates), but a
+    -- relaxed-order iterative scan (with a filter) returns near-ties out of order.
+    effort := pgembed._path_v1(m, filter, k, settings);
+    IF effort = 0 THEN
         EXECUTE format(
-            'SELECT array_agg(s.key ORDER BY s.distance), array_agg(s.distance ORDER BY s.distance),
-                    bool_and(s.settled)
+            'SELECT array_agg(s.key ORDER BY s.distance + 0, s.key),
+                    array_agg(s.distance ORDER BY s.distance + 0, s.key)
              FROM (%s) s',
-            pgembed._semantic_v1(m, not_self || f.clause, '$2', depth))
-            INTO keys, distances, settled USING query, k, exclude_key, f.args;
-        EXIT WHEN settled IS NOT FALSE OR depth >= 4096;
-        depth := depth * 4;
-    END LOOP;
+            pgembed._scan_v1(m, not_self || f.clause, '$2'))
+            INTO keys, distances USING query, k, exclude_key, f.args;
+    ELSE
+        PERFORM set_config('hnsw.ef_search', effort::text, true);
+        -- Without a filter, the index whatever the planner's cost of a scan (sequential scans
+        -- off, see _exact_v1); with one, it weighs the index against the rows the filter leaves.
+        IF f.clause = '' THEN
+            caller := current_setting('enable_seqscan');
+            PERFORM set_config('enable_seqscan', 'off', true);
+        END IF;
+        -- A chunked model's rows are certain once no unread chunk could change them: read deeper
+        -- until they are (usually at once; 4^6 times k chunks at most).
+        depth := 4;
+        LOOP
+            EXECUTE format(
+                'SELECT array_agg(s.key ORDER BY s.distance + 0, s.key),
+                        array_agg(s.distance ORDER BY s.distance + 0, s.key), bool_and(s.settled)
+                 FROM (%s) s',
+                pgembed._semantic_v1(m, not_self || f.clause, '$2', depth))
+                INTO keys, distances, settled USING query, k, exclude_key, f.args;
+            EXIT WHEN settled IS NOT FALSE OR depth >= 4096;
+            depth := depth * 4;
+        END LOOP;
+        -- Fewer than k rows from the index while the filter's estimate promised more (stale
+        -- statistics, or hnsw.max_scan_tuples reached): the matching rows are fewer than
+        -- expected, so read them exactly. k rows whenever k rows match.
+        IF f.clause <> '' AND coalesce(cardinality(keys), 0) < k THEN
+            EXECUTE format(
+                'SELECT array_agg(s.key ORDER BY s.distance + 0, s.key),
+                        array_agg(s.distance ORDER BY s.distance + 0, s.key)
+                 FROM (%s) s',
+                pgembed._scan_v1(m, not_self || f.clause, '$2'))
+                INTO keys, distances USING query, k, exclude_key, f.args;
+        END IF;
+    END IF;
+    -- Best first, whatever order the index scan gave them in (relaxed with a filter).
     RETURN QUERY SELECT u.key, 1 - u.distance
         FROM unnest(keys, distances) WITH ORDINALITY AS u(key, distance, n) ORDER BY u.n;
-    IF knob IS NOT NULL THEN  -- no SET clause names it: put back the caller's value
-        PERFORM set_config(knob, caller, true);
+    IF caller IS NOT NULL THEN  -- no SET clause names it: put back the caller's value
+        PERFORM set_config('enable_seqscan', caller, true);
     END IF;
 END
 $fn$;
@@ -383,6 +613,7 @@ AS $fn$
 DECLARE
     m pgembed.models := pgembed._model_v1(model);
     f record;
+    effort integer;
 BEGIN
     PERFORM pgembed._check_query_v1(m, query, k);
     IF query_text IS NULL THEN
@@ -399,10 +630,17 @@ BEGIN
     END IF;
     f := pgembed._filter_v1(m, filter, 5);
     PERFORM pgembed._use_settings_v1(settings);
+    -- The vector ranking as _nearest_v1 reads it: exactly when the rows are few, else the index.
+    effort := pgembed._path_v1(m, filter, least(greatest(4 * k::bigint, 40), 1000)::integer,
+                               settings);
+    IF effort > 0 THEN
+        PERFORM set_config('hnsw.ef_search', effort::text, true);
+    END IF;
     RETURN QUERY EXECUTE format(
         'WITH semantic AS MATERIALIZED (%7$s),
          semantic_rank AS (
-             SELECT s.key, row_number() OVER (ORDER BY s.distance) AS rank FROM semantic s),
+             SELECT s.key, row_number() OVER (ORDER BY s.distance + 0, s.key) AS rank
+             FROM semantic s),
          lexical_rank AS (
              SELECT t.%1$I::text AS key,
                     row_number() OVER (ORDER BY ts_rank_cd(to_tsvector(''english'', %5$s), q)
@@ -417,7 +655,8 @@ BEGIN
          LIMIT $4',
         m.key_column, m.embedding_column, m.table_schema, m.table_name,
         pgembed._text_v1(m.text_columns, 't'), f.clause,
-        pgembed._semantic_v1(m, f.clause, '$3', 4))
+        CASE WHEN effort = 0 THEN pgembed._scan_v1(m, f.clause, '$3')
+             ELSE pgembed._semantic_v1(m, f.clause, '$3', 4) END)
         USING query, query_text, greatest(4 * k::bigint, 40), k, f.args;
 END
 $fn$;
@@ -447,6 +686,8 @@ $fn$;
 
 COMMENT ON FUNCTION pgembed.similar(text, text, integer, jsonb) IS
     'The k rows nearest to the row with this key, the row itself excluded.';
+COMMENT ON FUNCTION pgembed.filter_note(text, jsonb) IS
+    'Why a filter may match no row, when the statistics can tell (a text value no row has), else NULL.';
 COMMENT ON FUNCTION pgembed.hybrid_search(text, vector, text, integer, jsonb) IS
     'Reciprocal-rank fusion of the vector ranking and a full-text ranking of the embedded text.';
 
@@ -464,9 +705,9 @@ COMMENT ON FUNCTION pgembed.hybrid_search(text, vector, text, integer, jsonb) IS
 --              (10 < k <= 100): a constant the generic plan is costed for, as the raw
 --              statement is.
 --   $exact$    the same rows by an exact scan (same placeholders), for a tiny table.
---   $branch$   one model's WHEN arm.   %1$L model name, %2$s dimensions, %3$L its ef_search
---              (coalesce(models.ef_search, 40)), %4$s/%5$s $nearest$ with LIMIT 10/100,
---              %6$s pgvector's vector_dims by its schema, %7$L the table (for _exact_v1),
+--   $branch$   one model's WHEN arm.   %1$L model name, %2$s dimensions, %3$s its ef_search
+--              (models.ef_search, or NULL), %4$s/%5$s $nearest$ with LIMIT 10/100,
+--              %6$s pgvector's vector_dims by its schema, %7$L the table (for _index_effort_v1),
 --              %8$s $exact$.
 --   $body$     the function body.      %s: every model's $branch$, in name order (or a
 --              `WHEN NULL THEN NULL;` when there is no model).
@@ -538,20 +779,22 @@ BEGIN
                 model, query, k, NULL, NULL, pgembed._settings_v1(model));
             RETURN;
         END IF;
-        -- A tiny table is read whole: faster there than its index, and exact.
-        IF pgembed._exact_v1(%7$L) THEN%8$s
+        -- A tiny table is read whole: faster there than its index, and exact (effort 0). Else
+        -- the index, with the model's ef_search or one grown with the table (_index_effort_v1).
+        effort := pgembed._index_effort_v1(%7$L, k, %3$s);
+        IF effort = 0 THEN%8$s
             RETURN;
         END IF;
-        -- ef_search: pgembed.ef_search, else the caller's own value, else the model's. Changed
-        -- (and put back) only when it differs from the value in force: usually it does not.
+        -- ef_search: pgembed.ef_search, else the caller's own value, else that effort. Changed
+        -- (and put back) only when it differs from the value in force.
         -- Assignments, not PERFORM: PL/pgSQL evaluates a lone expression without the executor.
         IF nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL THEN
             ef := current_setting('hnsw.ef_search');
             done := set_config('hnsw.ef_search', current_setting('pgembed.ef_search'), true);
-        ELSIF current_setting('hnsw.ef_search') <> %3$L
+        ELSIF current_setting('hnsw.ef_search') <> effort::text
               AND NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
             ef := current_setting('hnsw.ef_search');
-            done := set_config('hnsw.ef_search', %3$L, true);
+            done := set_config('hnsw.ef_search', effort::text, true);
         END IF;
         -- Strict order: the index returns the rows nearest first, nothing to re-sort, and
         -- still k rows when dead tuples or row-level security hide some of the first ef_search.
@@ -575,7 +818,7 @@ BEGIN
         IF ef IS NOT NULL THEN
             done := set_config('hnsw.ef_search', ef, true);
         END IF;$branch$,
-            m.name, m.dimensions, coalesce(m.ef_search, 40)::text,
+            m.name, m.dimensions, coalesce(m.ef_search::text, 'NULL'),
             replace(nearest, '<limit>', '10'), replace(nearest, '<limit>', '100'), dims,
             format('%I.%I', m.table_schema, m.table_name), exact);
     END LOOP;
@@ -594,6 +837,7 @@ BEGIN
 -- A table's own columns may be named like these variables: they are always written t.<column>.
 #variable_conflict use_variable
 DECLARE
+    effort integer;
     ef text;
     scan text;
     seq text;

@@ -14,6 +14,7 @@ AS $function$
 -- A table's own columns may be named like these variables: they are always written t.<column>.
 #variable_conflict use_variable
 DECLARE
+    effort integer;
     ef text;
     scan text;
     seq text;

@@ -14,6 +14,7 @@ AS $function$
 -- A table's own columns may be named like these variables: they are always written t.<column>.
 #variable_conflict use_variable
 DECLARE
+    effort integer;
     ef text;
     scan text;
     seq text;
@@ -32,8 +33,10 @@ BEGIN
                 model, query, k, NULL, NULL, pgembed._settings_v1(model));
             RETURN;
         END IF;
-        -- A tiny table is read whole: faster there than its index, and exact.
-        IF pgembed._exact_v1('public.docs') THEN
+        -- A tiny table is read whole: faster there than its index, and exact (effort 0). Else
+        -- the index, with the model's ef_search or one grown with the table (_index_effort_v1).
+        effort := pgembed._index_effort_v1('public.docs', k, NULL);
+        IF effort = 0 THEN
             RETURN QUERY SELECT hits.key, 1 - hits.distance FROM (
                 SELECT t.id::text AS key, t.embedding_sample OPERATOR(public.<=>) query AS distance
                 FROM public.docs t
@@ -43,16 +46,16 @@ BEGIN
             LIMIT k;
             RETURN;
         END IF;
-        -- ef_search: pgembed.ef_search, else the caller's own value, else the model's. Changed
-        -- (and put back) only when it differs from the value in force: usually it does not.
+        -- ef_search: pgembed.ef_search, else the caller's own value, else that effort. Changed
+        -- (and put back) only when it differs from the value in force.
         -- Assignments, not PERFORM: PL/pgSQL evaluates a lone expression without the executor.
         IF nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL THEN
             ef := current_setting('hnsw.ef_search');
             done := set_config('hnsw.ef_search', current_setting('pgembed.ef_search'), true);
-        ELSIF current_setting('hnsw.ef_search') <> '40'
+        ELSIF current_setting('hnsw.ef_search') <> effort::text
               AND NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
             ef := current_setting('hnsw.ef_search');
-            done := set_config('hnsw.ef_search', '40', true);
+            done := set_config('hnsw.ef_search', effort::text, true);
         END IF;
         -- Strict order: the index returns the rows nearest first, nothing to re-sort, and
         -- still k rows when dead tuples or row-level security hide some of the first ef_search.
