@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -27,6 +27,7 @@ class TableInfo:
     not_null: frozenset[str] = frozenset()
     generated: frozenset[str] = frozenset()  # GENERATED ALWAYS AS (...) columns
     partitioned: bool = False
+    untrusted: dict[str, str] = field(default_factory=dict)  # column -> type a user owns
 
 
 def inspect(conn: psycopg.Connection, schema: str, name: str) -> TableInfo:
@@ -51,6 +52,7 @@ def inspect(conn: psycopg.Connection, schema: str, name: str) -> TableInfo:
         not_null=frozenset(column for _, column, not_null, _ in flags if not_null),
         generated=frozenset(column for _, column, _, generated in flags if generated),
         partitioned=any(partitioned for partitioned, *_ in flags),
+        untrusted=dict(conn.execute(sqlfiles.get("catalog", "untrusted_columns"), oid).fetchall()),
     )
 
 
@@ -88,6 +90,10 @@ def own_chunks(conn: psycopg.Connection, schema: str, name: str) -> bool:
 
 def key_column(info: TableInfo, requested: str | None) -> str:
     """The column that identifies a row: the one asked for, else the single-column primary key."""
+    return trusted(info, _key_column(info, requested), "key")
+
+
+def _key_column(info: TableInfo, requested: str | None) -> str:
     if requested is not None:
         require_column(info, requested)
         if requested not in info.unique_columns:
@@ -125,7 +131,25 @@ def text_column(info: TableInfo, column: str) -> str:
         raise UsageError(
             f"column {column!r} of {info.schema}.{info.name} is {info.columns[column]}, not text"
         )
+    return trusted(info, column, "text")
+
+
+def trusted(info: TableInfo, column: str, kind: str) -> str:
+    """`column`, unless a non-superuser owns its type: its casts to text would run that role's
+    code inside pgembed's capture functions, as the role that ran `migrate`."""
+    if column in info.untrusted:
+        raise UsageError(
+            untrusted_type(info.schema, info.name, column, info.untrusted[column], kind)
+        )
     return column
+
+
+def untrusted_type(schema: str, name: str, column: str, type_name: str, kind: str) -> str:
+    return (
+        f"{kind} column {column!r} of {schema}.{name} has type {type_name}, which a "
+        "non-superuser owns: its casts would run that role's code as pgembed's roles; use a "
+        "built-in type (integer, bigint, text, varchar, uuid, ...) or an extension's"
+    )
 
 
 def require_column(info: TableInfo, column: str) -> None:
@@ -159,4 +183,9 @@ def problem(conn: psycopg.Connection, schema: str, name: str, columns: list[str]
             f"table {schema}.{name} has no column {', '.join(map(repr, missing))} any more "
             "(dropped or renamed): rename it back, or `pgembed model remove` the model"
         )
+    for column in columns:
+        if column in info.untrusted:
+            return untrusted_type(schema, name, column, info.untrusted[column], "watched") + (
+                ", or `pgembed model remove` the model"
+            )
     return None

@@ -46,6 +46,17 @@ WHERE n.nspname = %(schema)s AND c.relname = %(name)s AND c.relkind IN ('r', 'p'
 SELECT attname, pg_catalog.format_type(atttypid, atttypmod) FROM pg_catalog.pg_attribute
 WHERE attrelid = %(oid)s::pg_catalog.oid AND attnum > 0 AND NOT attisdropped ORDER BY attnum;
 
+-- name: untrusted_columns
+-- Its columns whose type a non-superuser owns (a composite or domain type of a user's): such a
+-- type's casts and I/O are its owner's code, which the capture functions (SECURITY DEFINER) and
+-- the daemon would run as themselves. Built-in and extension types belong to a superuser.
+-- pgembed._trusted_type_v1 is the capture functions' copy of this rule.
+SELECT a.attname, pg_catalog.format_type(a.atttypid, NULL) FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) a.atttypid
+JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) t.typowner
+WHERE a.attrelid = %(oid)s::pg_catalog.oid AND a.attnum > 0 AND NOT a.attisdropped
+  AND NOT r.rolsuper ORDER BY a.attnum;
+
 -- name: table_unique_indexes
 -- Its unique, non-partial indexes (the primary key flagged) with their columns in order.
 SELECT i.indisprimary, pg_catalog.array_agg(a.attname ORDER BY k.ord)

@@ -33,18 +33,35 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
                  FROM unnest(columns) WITH ORDINALITY AS u(c, o)) END
 $fn$;
 
--- NULL, or why a capture trigger cannot run: a column it names was renamed or dropped. The
--- application's write then goes on without it (a WARNING says so); `pgembed status` marks the
--- model broken. Checked in the catalog, not by catching the error: a subtransaction per row
--- would slow every bulk UPDATE.
+-- Whether pgembed may cast a value of this type inside its SECURITY DEFINER functions: a
+-- superuser owns it (built-in and extension types). A type a user owns (a composite, a domain)
+-- may have that user's cast to text, which would run as the role that ran `migrate`.
+-- catalog.sql's untrusted_columns (`model add`, `status`, the daemon) applies the same rule.
+CREATE OR REPLACE FUNCTION pgembed._trusted_type_v1(typ oid) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT EXISTS (SELECT FROM pg_type t JOIN pg_roles r ON r.oid = t.typowner
+                   WHERE t.oid = typ AND r.rolsuper)
+$fn$;
+
+-- NULL, or why a capture trigger cannot run: a column it names was renamed or dropped, or its
+-- type is a user's (see _trusted_type_v1: nothing of it is cast). The application's write then
+-- goes on without it (a WARNING says so); `pgembed status` marks the model broken. Checked in
+-- the catalog, not by catching the error: a subtransaction per row would slow every bulk UPDATE.
 CREATE OR REPLACE FUNCTION pgembed._missing_column_v1(rel oid, model text, columns text[]) RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT format('pgembed model %s: table %s has no column %s any more (renamed or dropped?), '
-                  'so this change was not captured: rename it back, or `pgembed model remove %s`',
-                  model, rel::regclass, quote_ident(c), model)
+    SELECT CASE WHEN a.attname IS NULL
+                THEN format('pgembed model %s: table %s has no column %s any more (renamed or '
+                            'dropped?), so this change was not captured: rename it back, or '
+                            '`pgembed model remove %s`', model, rel::regclass, quote_ident(c), model)
+                ELSE format('pgembed model %s: column %s of table %s has type %s, which a '
+                            'non-superuser owns, so this change was not captured (its casts '
+                            'would run as pgembed''s owner): `pgembed model remove %s`',
+                            model, quote_ident(c), rel::regclass, format_type(a.atttypid, NULL),
+                            model) END
     FROM unnest(columns) AS c
-    WHERE NOT EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = rel AND a.attname = c
-                                                  AND a.attnum > 0 AND NOT a.attisdropped)
+    LEFT JOIN pg_attribute a ON a.attrelid = rel AND a.attname = c AND a.attnum > 0
+                            AND NOT a.attisdropped
+    WHERE a.attname IS NULL OR NOT pgembed._trusted_type_v1(a.atttypid)
     LIMIT 1
 $fn$;
 
