@@ -120,7 +120,6 @@ def follow_row_security(conn: psycopg.Connection, spec: ModelSpec) -> None:
     )
 
 
-
 def add_column(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """The model's vector column, of its dimensions."""
     conn.execute(

@@ -102,3 +102,17 @@ SELECT pg_catalog.array_agg(DISTINCT l.pid ORDER BY l.pid) FROM pg_catalog.pg_lo
 WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()
   AND l.relation = pg_catalog.to_regclass(
       pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text))::pg_catalog.oid;
+
+-- name: table_trust
+-- Whose rights pgembed's daemon would lend a watched table's owner, and whether row-level
+-- security filters what this role reads of it (PostgreSQL's own answer: not the owner, or
+-- FORCE ROW LEVEL SECURITY, and neither BYPASSRLS nor SUPERUSER). See catalog/trust.py.
+SELECT r.rolname, r.rolsuper, r.rolname OPERATOR(pg_catalog.=) SESSION_USER,
+       pg_catalog.pg_has_role(CURRENT_USER, c.relowner, 'SET'),
+       pg_catalog.has_database_privilege(c.relowner, pg_catalog.current_database(), 'TEMP'),
+       pg_catalog.row_security_active(c.oid), CURRENT_USER::pg_catalog.text
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.relowner
+WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(
+    pg_catalog.format('%%I.%%I', %(schema)s::pg_catalog.text, %(name)s::pg_catalog.text))
+    ::pg_catalog.oid;

@@ -13,12 +13,13 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 from psycopg import sql
-from roles_helpers import role_maker
+from roles_helpers import as_role, role_maker
 
 import pgembed
-from pgembed import db
+from pgembed import db, roles
 from pgembed.errors import UsageError
 from pgembed.lifecycle import models
+from pgembed.sync import worker
 
 
 @pytest.fixture
@@ -120,3 +121,101 @@ def test_a_column_type_given_to_a_user_later_is_not_cast_by_capture(
         assert any("non-superuser owns" in w for w in warnings), warnings
     (report,) = pgembed.status(database_url=db_url)
     assert "non-superuser owns" in report["broken"]
+
+
+# The owner's trigger on its own table: tries to become SUPERUSER, to copy a table it may not
+# read (public.secret, another model's) into its own, and to leave traps in the syncing session
+# for the daemon's next statements: a search_path of its own and a temporary domain named
+# `text` whose check would run as whoever casts to it.
+_TRIGGER = """
+CREATE TABLE public.loot (body text);
+CREATE FUNCTION public.pwn_check(text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.pwn(); RETURN true; END $$;
+CREATE FUNCTION public.on_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM public.pwn();
+    BEGIN
+        INSERT INTO public.loot SELECT body FROM public.secret;
+    EXCEPTION WHEN others THEN NULL;
+    END;
+    BEGIN
+        EXECUTE 'CREATE DOMAIN pg_temp.text AS pg_catalog.text CHECK (public.pwn_check(VALUE))';
+    EXCEPTION WHEN others THEN NULL;
+    END;
+    PERFORM pg_catalog.set_config('search_path', 'public', false);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER on_write BEFORE UPDATE ON public.docs FOR EACH ROW
+EXECUTE FUNCTION public.on_write();
+"""
+
+
+def _owned_table(conn: psycopg.Connection, owner: str) -> None:
+    """docs, owned by `owner` and watched; public.secret, watched by another model (so the
+    daemon role may read its text) and denied to the owner."""
+    conn.execute("CREATE TABLE public.secret (id integer PRIMARY KEY, body text)")
+    conn.execute("INSERT INTO public.secret VALUES (1, 'the launch code is 0000')")
+    models.add(conn, models.AddRequest("other", "secret", "body", precision="fp32"))
+    conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
+    conn.execute(sql.SQL("ALTER TABLE public.docs OWNER TO {}").format(sql.Identifier(owner)))
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+    conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(owner)))
+    conn.execute(_TRIGGER.encode())
+    conn.execute(
+        "INSERT INTO public.docs SELECT g, 'review ' || g || ': the battery dies' "
+        "FROM generate_series(1, 7) g"
+    )
+    conn.execute("RESET ROLE")
+
+
+def _sync(url: str) -> worker.Stats:
+    """Batches of two keys: the daemon's statements after one owner write meet its traps."""
+    return worker.Worker(url, worker.Options(once=True, claim_size=2)).run()
+
+
+def _embedded(conn: psycopg.Connection) -> int:
+    row = conn.execute("SELECT count(embedding_minilm) FROM public.docs").fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.parametrize("syncer", ["superuser", "daemon"])
+def test_the_owners_trigger_runs_with_the_owners_rights_only(
+    db_url: str, make_role: Callable[..., str], syncer: str
+) -> None:
+    with db.connection(db_url) as conn:
+        roles.create(conn)
+        owner = _owner_with_traps(conn, make_role)
+        _owned_table(conn, owner)
+        url = db_url
+        if syncer == "daemon":  # a pgembed_daemon member that may act as the table's owner
+            url = as_role(db_url, make_role("daemon", f"IN ROLE {roles.DAEMON}"))
+            conn.execute(
+                sql.SQL("GRANT {} TO {} WITH INHERIT FALSE").format(
+                    sql.Identifier(owner), sql.Identifier(roles.DAEMON)
+                )
+            )
+    stats = _sync(url)
+    with db.connection(db_url) as conn:
+        assert not superuser(conn, owner)
+        assert conn.execute("SELECT count(*) FROM public.loot").fetchone() == (0,)
+        ran = {by for (by,) in conn.execute("SELECT DISTINCT by_role FROM public.ran")}
+        assert ran == {owner}, ran  # the trigger did run, as the owner and nobody else
+        assert _embedded(conn) == 7 and stats.written == 8
+        assert conn.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+
+
+def test_a_daemon_that_may_not_act_as_the_owner_leaves_the_table_queued(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    with db.connection(db_url) as conn:
+        roles.create(conn)
+        owner = _owner_with_traps(conn, make_role)
+        _owned_table(conn, owner)
+        daemon_url = as_role(db_url, make_role("daemon", f"IN ROLE {roles.DAEMON}"))
+    stats = _sync(daemon_url)
+    with db.connection(db_url) as conn:
+        assert conn.execute("SELECT by_role FROM public.ran").fetchall() == []
+        assert _embedded(conn) == 0 and stats.written == 1  # public.secret's row only
+    report = {m["name"]: m for m in pgembed.status(database_url=daemon_url)}
+    assert f"GRANT {owner} TO pgembed_daemon WITH INHERIT FALSE" in report["minilm"]["broken"]
+    assert report["minilm"]["queued"] == 7

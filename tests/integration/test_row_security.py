@@ -4,6 +4,9 @@ that the policy hides rows from leaves their work queued and says why."""
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,19 +17,31 @@ from pgvector.sqlalchemy import Vector
 from psycopg import sql
 from roles_helpers import as_role, role_maker
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
-from test_serve import call
 
 import pgembed
 from pgembed import db, migrate, orm, roles
+from pgembed.catalog import registry
 from pgembed.lifecycle import models
 from pgembed.serve.api import Api
 from pgembed.serve.server import SearchServer
+from pgembed.sync import store
 
 
 @pytest.fixture
 def make_role(db_url: str) -> Iterator[Callable[..., str]]:
     with role_maker(db_url) as make:
         yield make
+
+
+def call(url: str, body: object) -> tuple[int, Any]:
+    """POST a JSON body; the status and the decoded JSON answer."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode())
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, json.loads(error.read())
 
 
 def _long(topic: str) -> str:
@@ -184,3 +199,52 @@ def test_migration_0017_puts_the_policy_on_chunk_tables_made_before(db_url: str)
             "JOIN pg_policy p ON p.polrelid = c.oid WHERE c.oid = 'pgembed_whole_chunks'::regclass"
         ).fetchone()
     assert row == (True, "pgembed_row_visible")
+
+
+def _hidden_from_the_daemon(conn: psycopg.Connection, make_role: Callable[..., str]) -> str:
+    """docs under row-level security whose only policy is for an application role: a daemon
+    role's URL (a pgembed_daemon member, no BYPASSRLS), with 45 rows queued."""
+    roles.create(conn)
+    app = make_role("app")
+    conn.execute("CREATE TABLE docs (id integer PRIMARY KEY, body text)")
+    conn.execute("ALTER TABLE docs ENABLE ROW LEVEL SECURITY")
+    conn.execute(
+        sql.SQL("CREATE POLICY app ON docs TO {} USING (true)").format(sql.Identifier(app))
+    )
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+    conn.execute("INSERT INTO docs SELECT g, 'review ' || g FROM generate_series(1, 45) g")
+    return make_role("daemon", f"IN ROLE {roles.DAEMON}")
+
+
+def test_a_daemon_that_row_security_hides_rows_from_keeps_their_work(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """The audit's case: "0 written, 45 skipped" and an empty queue. Now the keys stay queued,
+    status says why and what to grant, and the grant lets the daemon write them all."""
+    with db.connection(db_url) as conn:
+        daemon = _hidden_from_the_daemon(conn, make_role)
+    daemon_url = as_role(db_url, daemon)
+    result = pgembed.sync_once(database_url=daemon_url)
+    assert (result.written, result.skipped) == (0, 0)
+    (report,) = pgembed.status(database_url=daemon_url)
+    assert report["queued"] == 45
+    assert "row-level security on public.docs hides rows from role" in report["broken"]
+    assert f"ALTER ROLE {daemon} BYPASSRLS" in report["broken"]
+    with db.connection(db_url) as conn:
+        conn.execute(sql.SQL("ALTER ROLE {} BYPASSRLS").format(sql.Identifier(daemon)))
+    assert pgembed.sync_once(database_url=daemon_url).written == 45
+    with db.connection(db_url) as conn:
+        assert conn.execute("SELECT count(embedding_minilm) FROM docs").fetchone() == (45,)
+
+
+def test_the_daemon_read_refuses_rows_row_security_would_hide(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """Row-level security switched on after the daemon checked: its read of the claimed keys
+    fails (row_security = off) rather than return no rows, which would drop them."""
+    with db.connection(db_url) as conn:
+        daemon = _hidden_from_the_daemon(conn, make_role)
+        spec = registry.get(conn, "minilm")
+    refused = pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security")
+    with db.connection(as_role(db_url, daemon)) as conn, refused:
+        store.read(conn, spec, ["1", "2"])

@@ -113,7 +113,8 @@ def test_a_0012_database_upgrades_intact(database_0012: str, other_empty_db_url:
         assert len(queued) == 2 * 5, "4 new rows and 1 changed one, for each model"
         defined: list[migrate.Definition] = []
         applied = migrate.migrate(conn, on_define=defined.append)
-        assert [m.filename for m in applied] == ["0013_definitions.sql"]
+        later = [m.filename for m in migrate.available() if m.version > 12]
+        assert [m.filename for m in applied] == later
         assert [d.file for d in defined] == [d.file for d in migrate.definitions()]
         after = _state(conn)
         # Every grant stays; the only new ones are on the new record, for both roles.
