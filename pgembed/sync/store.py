@@ -166,6 +166,7 @@ def lock_unchanged(
 _OWNER_WRITE = """
 DECLARE
     written bigint;
+    deferred text;
 BEGIN
     -- Not a SET clause: PostgreSQL lets only a superuser's function set a custom parameter so.
     PERFORM pg_catalog.set_config('pgembed.writing', 'on', true);
@@ -179,6 +180,25 @@ BEGIN
         RETURNING 1)
     SELECT pg_catalog.count(*) INTO written FROM w;
     SET CONSTRAINTS ALL IMMEDIATE;
+    -- The owner's code may defer a trigger again: it would fire at the commit, as the daemon.
+    -- PostgreSQL lets SQL neither see that queue nor fire it here as a restricted operation,
+    -- so a write that changed any table with a deferrable trigger (foreign keys' aside: they
+    -- check as the table's owner) is refused.
+    SELECT pg_catalog.string_agg(DISTINCT s.relid::pg_catalog.regclass::pg_catalog.text, ', ')
+    INTO deferred
+    FROM pg_catalog.pg_stat_xact_all_tables s
+    JOIN pg_catalog.pg_trigger g ON g.tgrelid OPERATOR(pg_catalog.=) s.relid
+    JOIN pg_catalog.pg_proc f ON f.oid OPERATOR(pg_catalog.=) g.tgfoid
+    WHERE g.tgdeferrable
+      AND NOT (f.pronamespace OPERATOR(pg_catalog.=) 'pg_catalog'::pg_catalog.regnamespace
+               AND f.proname OPERATOR(pg_catalog.~~) 'RI\\_FKey\\_%')
+      AND s.n_tup_ins OPERATOR(pg_catalog.+) s.n_tup_upd OPERATOR(pg_catalog.+) s.n_tup_del
+          OPERATOR(pg_catalog.>) 0;
+    IF deferred IS NOT NULL THEN
+        RAISE EXCEPTION 'pgembed: writing % as its owner % changed % whose deferrable triggers '
+            'would fire at the commit as the daemon: not written (make them NOT DEFERRABLE)',
+            {table_name}, CURRENT_USER, deferred;
+    END IF;
     IF written OPERATOR(pg_catalog.<>) pg_catalog.cardinality(keys) THEN
         RAISE EXCEPTION 'pgembed: % of % vectors were kept from being written to %: the table''s '
             'own triggers, rules or row-level security refused them (as its owner %)',

@@ -219,3 +219,36 @@ def test_a_daemon_that_may_not_act_as_the_owner_leaves_the_table_queued(
     report = {m["name"]: m for m in pgembed.status(database_url=daemon_url)}
     assert f"GRANT {owner} TO pgembed_daemon WITH INHERIT FALSE" in report["minilm"]["broken"]
     assert report["minilm"]["queued"] == 7
+
+
+def test_a_trigger_the_owner_defers_to_the_commit_never_fires_as_the_syncer(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """The owner's code defers its constraint trigger while the daemon writes as the owner:
+    at the commit it would run as the syncing role (a superuser here). The write is refused."""
+    with db.connection(db_url) as conn:
+        owner = _owner_with_traps(conn, make_role)
+        conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
+        conn.execute(sql.SQL("ALTER TABLE public.docs OWNER TO {}").format(sql.Identifier(owner)))
+        models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(owner)))
+        conn.execute(
+            "CREATE FUNCTION public.later() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN PERFORM public.pwn(); RETURN NULL; END$$; "
+            "CREATE CONSTRAINT TRIGGER later AFTER UPDATE ON public.docs "
+            "DEFERRABLE INITIALLY IMMEDIATE FOR EACH ROW EXECUTE FUNCTION public.later(); "
+            "CREATE FUNCTION public.defer() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN SET CONSTRAINTS ALL DEFERRED; RETURN NEW; END$$; "
+            "CREATE TRIGGER defer BEFORE UPDATE ON public.docs FOR EACH ROW "
+            "EXECUTE FUNCTION public.defer(); "
+            "INSERT INTO public.docs SELECT g, 'review ' || g FROM generate_series(1, 7) g"
+        )
+        conn.execute("RESET ROLE")
+    stats = _sync(db_url)
+    with db.connection(db_url) as conn:
+        assert not superuser(conn, owner)
+        ran = {by for (by,) in conn.execute("SELECT DISTINCT by_role FROM public.ran")}
+        assert ran <= {owner}, ran
+        assert _embedded(conn) == 0 and stats.written == 0
+    (report,) = pgembed.status(database_url=db_url)
+    assert report["queued"] == 7
