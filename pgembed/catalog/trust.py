@@ -8,8 +8,8 @@ daemon's grants on every other watched table (or a syncing superuser's powers). 
 writes a table as its owner, as PostgreSQL's own maintenance commands and logical replication
 do: through a SECURITY DEFINER function owned by the table's owner (sync/store.py), inside which
 PostgreSQL refuses SET ROLE, so the owner's code cannot step back into the daemon's role. That
-needs the daemon to be able to SET ROLE to the owner: a superuser, or GRANT owner TO
-pgembed_daemon WITH INHERIT FALSE. A table whose owner is a superuser, or the daemon's login
+needs the daemon to be able to SET ROLE to the owner: a superuser, or GRANT owner TO the
+daemon's role WITH INHERIT FALSE. A table whose owner is a superuser, or the daemon's login
 itself, is written directly: its code gains nothing.
 
 Row-level security that filters the daemon's reads would make rows it cannot see look deleted;
@@ -72,7 +72,7 @@ def problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
         return (
             f"{table} belongs to {found.owner}, and role {found.role} may not act as it: the "
             "daemon writes a table's vectors as its owner, so the owner's triggers run with the "
-            f"owner's rights only (GRANT {found.owner} TO pgembed_daemon WITH INHERIT FALSE, as "
+            f"owner's rights only (GRANT {found.owner} TO {found.role} WITH INHERIT FALSE, as "
             f"a superuser; or sync as {found.owner})"
         )
     if not found.owner_has_temp:

@@ -211,13 +211,14 @@ def test_a_daemon_that_may_not_act_as_the_owner_leaves_the_table_queued(
         roles.create(conn)
         owner = _owner_with_traps(conn, make_role)
         _owned_table(conn, owner)
-        daemon_url = as_role(db_url, make_role("daemon", f"IN ROLE {roles.DAEMON}"))
+        daemon = make_role("daemon", f"IN ROLE {roles.DAEMON}")
+        daemon_url = as_role(db_url, daemon)
     stats = _sync(daemon_url)
     with db.connection(db_url) as conn:
         assert conn.execute("SELECT by_role FROM public.ran").fetchall() == []
         assert _embedded(conn) == 0 and stats.written == 1  # public.secret's row only
     report = {m["name"]: m for m in pgembed.status(database_url=daemon_url)}
-    assert f"GRANT {owner} TO pgembed_daemon WITH INHERIT FALSE" in report["minilm"]["broken"]
+    assert f"GRANT {owner} TO {daemon} WITH INHERIT FALSE" in report["minilm"]["broken"]
     assert report["minilm"]["queued"] == 7
 
 

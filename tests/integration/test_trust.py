@@ -224,7 +224,7 @@ def test_each_role_works_with_only_its_grants(
     with db.connection(empty_db_url) as conn:  # a superuser's grant: the daemon writes as owner
         conn.execute(
             sql.SQL("GRANT {} TO {} WITH INHERIT FALSE").format(
-                sql.Identifier(owner), sql.Identifier(roles.DAEMON)
+                sql.Identifier(owner), sql.Identifier(daemon)
             )
         )
     reader = new_role("reader", f"IN ROLE {roles.READER}")
