@@ -50,7 +50,7 @@ WHERE attrelid = %(oid)s::pg_catalog.oid AND attnum > 0 AND NOT attisdropped ORD
 -- Its columns whose type a non-superuser owns (a composite or domain type of a user's): such a
 -- type's casts and I/O are its owner's code, which the capture functions (SECURITY DEFINER) and
 -- the daemon would run as themselves. Built-in and extension types belong to a superuser.
--- pgembed._trusted_type_v1 is the capture functions' copy of this rule.
+-- pgembed._missing_column_v1 is the capture functions' copy of this rule.
 SELECT a.attname, pg_catalog.format_type(a.atttypid, NULL) FROM pg_catalog.pg_attribute a
 JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) a.atttypid
 JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) t.typowner
