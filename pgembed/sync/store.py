@@ -85,6 +85,11 @@ def _row_security_errors(conn: psycopg.Connection) -> None:
     conn.execute("SELECT pg_catalog.set_config('row_security', 'off', true)")
 
 
+def _row_security_back(conn: psycopg.Connection) -> None:
+    """Row-level security filters again: the chunk tables' policy applies to the daemon."""
+    conn.execute("SELECT pg_catalog.set_config('row_security', 'on', true)")
+
+
 def write(
     conn: psycopg.Connection,
     spec: ModelSpec,
@@ -122,7 +127,10 @@ def write(
     )
     with conn.transaction(), conn.cursor(binary=True) as cur:
         cur.execute("SELECT pg_catalog.set_config('pgembed.writing', 'on', true)")
-        return {row[0] for row in cur.execute(query, params)}
+        _row_security_errors(conn)  # a policy made since the read: fail, never write fewer
+        written = {row[0] for row in cur.execute(query, params)}
+        _row_security_back(conn)
+        return written
 
 
 def lock_unchanged(
@@ -147,11 +155,9 @@ def lock_unchanged(
         type=naming.key_type(spec),
     )
     _row_security_errors(conn)
-    locked = {
-        row[0]
-        for row in conn.execute(query, ([keys[i] for i in order], [text_md5s[i] for i in order]))
-    }
-    conn.execute("SELECT pg_catalog.set_config('row_security', 'on', true)")  # chunks have a policy
+    params = ([keys[i] for i in order], [text_md5s[i] for i in order])
+    locked = {row[0] for row in conn.execute(query, params)}
+    _row_security_back(conn)
     return locked
 
 
