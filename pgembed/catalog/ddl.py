@@ -69,6 +69,7 @@ def create_chunks(conn: psycopg.Connection, spec: ModelSpec) -> None:
             pkey=sql.Identifier(naming.chunk_key_name(spec)),
         )
     )
+    follow_row_security(conn, spec)
     owner = conn.execute(sqlfiles.get("catalog", "pgembed_owner")).fetchone()
     if owner is not None and not owner[1]:
         try:
@@ -94,6 +95,27 @@ def create_chunks(conn: psycopg.Connection, spec: ModelSpec) -> None:
             opclass=db.vector_name(conn, "vector_cosine_ops"),
             m=sql.Literal(spec.hnsw_m),
             ef=sql.Literal(spec.hnsw_ef_construction),
+        )
+    )
+
+
+def follow_row_security(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """A role sees a chunk only while it may see the chunk's row: the policy's subquery reads the
+    watched table as the querying role, so that table's grants and row-level security apply
+    (a role without SELECT on it reads no chunk at all). Its owner (schema pgembed's, as the
+    capture functions that clean chunks up) is not subject to it. Migration 0017 adds the same
+    to chunk tables made before."""
+    table = naming.chunk_table(spec)
+    conn.execute(sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(table))
+    conn.execute(
+        sql.SQL(
+            "CREATE POLICY pgembed_row_visible ON {table} USING (EXISTS ("
+            "SELECT FROM {source} t WHERE t.{key} OPERATOR(pg_catalog.=) {chunks}.key))"
+        ).format(
+            table=table,
+            source=naming.table(spec),
+            key=sql.Identifier(spec.key_column),
+            chunks=sql.Identifier(naming.chunk_table_name(spec)),
         )
     )
 

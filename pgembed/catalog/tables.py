@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -28,6 +28,7 @@ class TableInfo:
     generated: frozenset[str] = frozenset()  # GENERATED ALWAYS AS (...) columns
     partitioned: bool = False
     partition_of: str | None = None  # the partitioned table this one is a partition of
+    untrusted: dict[str, str] = field(default_factory=dict)  # column -> type a user owns
 
 
 def inspect(conn: psycopg.Connection, schema: str, name: str) -> TableInfo:
@@ -53,6 +54,7 @@ def inspect(conn: psycopg.Connection, schema: str, name: str) -> TableInfo:
         generated=frozenset(column for _, column, _, generated, _ in flags if generated),
         partitioned=any(partitioned for partitioned, *_ in flags),
         partition_of=next((parent for *_, parent in flags if parent), None),
+        untrusted=dict(conn.execute(sqlfiles.get("catalog", "untrusted_columns"), oid).fetchall()),
     )
 
 
@@ -97,6 +99,10 @@ def own_chunks(conn: psycopg.Connection, schema: str, name: str) -> bool:
 
 def key_column(info: TableInfo, requested: str | None) -> str:
     """The column that identifies a row: the one asked for, else the single-column primary key."""
+    return trusted(info, _key_column(info, requested), "key")
+
+
+def _key_column(info: TableInfo, requested: str | None) -> str:
     if requested is not None:
         require_column(info, requested)
         if requested not in info.unique_columns:
@@ -134,7 +140,25 @@ def text_column(info: TableInfo, column: str) -> str:
         raise UsageError(
             f"column {column!r} of {info.schema}.{info.name} is {info.columns[column]}, not text"
         )
+    return trusted(info, column, "text")
+
+
+def trusted(info: TableInfo, column: str, kind: str) -> str:
+    """`column`, unless a non-superuser owns its type: its casts to text would run that role's
+    code inside pgembed's capture functions, as the role that ran `migrate`."""
+    if column in info.untrusted:
+        raise UsageError(
+            untrusted_type(info.schema, info.name, column, info.untrusted[column], kind)
+        )
     return column
+
+
+def untrusted_type(schema: str, name: str, column: str, type_name: str, kind: str) -> str:
+    return (
+        f"{kind} column {column!r} of {schema}.{name} has type {type_name}, which a "
+        "non-superuser owns: its casts would run that role's code as pgembed's roles; use a "
+        "built-in type (integer, bigint, text, varchar, uuid, ...) or an extension's"
+    )
 
 
 def require_column(info: TableInfo, column: str) -> None:
@@ -168,6 +192,11 @@ def problem(conn: psycopg.Connection, schema: str, name: str, columns: list[str]
             f"table {schema}.{name} has no column {', '.join(map(repr, missing))} any more "
             "(dropped or renamed): rename it back, or `pgembed model remove` the model"
         )
+    for column in columns:
+        if column in info.untrusted:
+            return untrusted_type(schema, name, column, info.untrusted[column], "watched") + (
+                ", or `pgembed model remove` the model"
+            )
     return None
 
 

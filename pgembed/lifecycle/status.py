@@ -8,15 +8,16 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgembed import defaults, sqlfiles
-from pgembed.catalog import ddl, naming, registry, tables
+from pgembed.catalog import ddl, naming, registry, tables, trust
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import engines
 from pgembed.lifecycle import counts, reindex
 
 
 def broken(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
-    """Why the model's table can no longer be served (dropped table or column), else None."""
-    return tables.model_problem(conn, spec)
+    """Why the model's table can no longer be served (dropped table or column), or this role
+    could not sync it (row-level security, an owner it may not act as), else None."""
+    return tables.model_problem(conn, spec) or trust.problem(conn, spec)
 
 
 def model_status(conn: psycopg.Connection, spec: ModelSpec, exact: bool = False) -> dict[str, Any]:

@@ -54,6 +54,17 @@ WHERE n.nspname = %(schema)s AND c.relname = %(name)s AND c.relkind IN ('r', 'p'
 SELECT attname, pg_catalog.format_type(atttypid, atttypmod) FROM pg_catalog.pg_attribute
 WHERE attrelid = %(oid)s::pg_catalog.oid AND attnum > 0 AND NOT attisdropped ORDER BY attnum;
 
+-- name: untrusted_columns
+-- Its columns whose type a non-superuser owns (a composite or domain type of a user's): such a
+-- type's casts and I/O are its owner's code, which the capture functions (SECURITY DEFINER) and
+-- the daemon would run as themselves. Built-in and extension types belong to a superuser.
+-- pgembed._missing_column_v1 is the capture functions' copy of this rule.
+SELECT a.attname, pg_catalog.format_type(a.atttypid, NULL) FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) a.atttypid
+JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) t.typowner
+WHERE a.attrelid = %(oid)s::pg_catalog.oid AND a.attnum > 0 AND NOT a.attisdropped
+  AND NOT r.rolsuper ORDER BY a.attnum;
+
 -- name: table_unique_indexes
 -- Its unique, non-partial indexes (the primary key flagged) with their columns in order.
 SELECT i.indisprimary, pg_catalog.array_agg(a.attname ORDER BY k.ord)
@@ -136,3 +147,17 @@ SELECT
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %(schema)s AND c.relname = %(name)s;
+
+-- name: table_trust
+-- Whose rights pgembed's daemon would lend a watched table's owner, and whether row-level
+-- security filters what this role reads of it (PostgreSQL's own answer: not the owner, or
+-- FORCE ROW LEVEL SECURITY, and neither BYPASSRLS nor SUPERUSER). See catalog/trust.py.
+SELECT r.rolname, r.rolsuper, r.rolname OPERATOR(pg_catalog.=) SESSION_USER,
+       pg_catalog.pg_has_role(CURRENT_USER, c.relowner, 'SET'),
+       pg_catalog.has_database_privilege(c.relowner, pg_catalog.current_database(), 'TEMP'),
+       pg_catalog.row_security_active(c.oid), CURRENT_USER::pg_catalog.text
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.relowner
+WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(
+    pg_catalog.format('%%I.%%I', %(schema)s::pg_catalog.text, %(name)s::pg_catalog.text))
+    ::pg_catalog.oid;

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from pgembed.catalog import registry
+from pgembed.catalog import registry, trust
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.encode.settings import runtime_settings
@@ -80,29 +80,50 @@ def write_back(
     config: BatchConfig,
     seconds: float,
 ) -> BatchResult:
-    """Write the vectors whose text is unchanged, complete the claims, record failures."""
+    """Write the vectors whose text is unchanged, complete the claims, record failures.
+
+    A table whose owner is another role (not a superuser) is written as that owner
+    (catalog/trust.py): its rows are locked first, the daemon's own work comes next, and the
+    owner's write last, so nothing of the daemon's runs in the session after the owner's code
+    until clean_session has put it right."""
     spec, claims = claimed.spec, claimed.claims
     failed_keys = {row.key for row, _ in result.failed}
-    with conn.transaction():
-        if _changed(conn, spec):
-            release(conn, claimed)  # commits with this transaction: ready again
-            changed = True
-        else:
-            changed = False
-            written = store.write(
-                conn,
-                spec,
-                [row.key for row in result.rows],
-                [row.text_md5 for row in result.rows],
-                result.matrix(),
-            )
-            if spec.chunked:
-                store.write_chunks(conn, spec, written, result.chunks)
-            store.complete(conn, spec.name, [c for c in claims if c.key not in failed_keys])
-            truncated = written & set(result.truncated)
-            store.account(
-                conn, spec.name, config.worker_id, list(written), list(truncated), seconds
-            )
+    keys = [row.key for row in result.rows]
+    md5s = [row.text_md5 for row in result.rows]
+    owner: str | None = None
+    try:
+        with conn.transaction():
+            if _changed(conn, spec):
+                release(conn, claimed)  # commits with this transaction: ready again
+                changed = True
+            else:
+                changed = False
+                found = trust.inspect(conn, spec)
+                owner = found.owner if found is not None and found.writes_as_owner else None
+                if owner is None:
+                    written = store.write(conn, spec, keys, md5s, result.matrix())
+                else:
+                    written = store.lock_unchanged(conn, spec, keys, md5s)
+                if spec.chunked:
+                    store.write_chunks(conn, spec, written, result.chunks)
+                store.complete(conn, spec.name, [c for c in claims if c.key not in failed_keys])
+                truncated = written & set(result.truncated)
+                store.account(
+                    conn, spec.name, config.worker_id, list(written), list(truncated), seconds
+                )
+                if owner is not None:
+                    kept = [i for i, key in enumerate(keys) if key in written]
+                    store.write_as_owner(
+                        conn,
+                        spec,
+                        owner,
+                        [keys[i] for i in kept],
+                        [md5s[i] for i in kept],
+                        result.matrix()[kept],
+                    )
+    finally:
+        if owner is not None:
+            store.clean_session(conn)
     if changed:
         raise ModelChanged("changed since this worker read the catalog: batch given back")
     _record_failures(conn, spec, config, {c.key: c for c in claims}, result)

@@ -18,7 +18,7 @@ import psycopg
 from pgvector import Vector
 from psycopg import sql
 
-from pgembed import capture, defaults, sqlfiles
+from pgembed import capture, db, defaults, sqlfiles
 from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import ConfigError
@@ -84,8 +84,22 @@ def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list
         table=naming.table(spec),
         type=naming.key_type(spec),
     )
-    rows = conn.execute(query, (chars + 1, list(keys)))
+    with conn.transaction():
+        _row_security_errors(conn)
+        rows = conn.execute(query, (chars + 1, list(keys))).fetchall()
     return [SourceRow(key, text[:chars], md5, len(text) > chars) for key, text, md5 in rows]
+
+
+def _row_security_errors(conn: psycopg.Connection) -> None:
+    """For the rest of the transaction, a read of a table whose row-level security would filter
+    it raises an error instead (row_security = off): a row the daemon cannot see must never look
+    deleted (its key would be dropped). catalog/trust.py says why and what to grant beforehand."""
+    conn.execute("SELECT pg_catalog.set_config('row_security', 'off', true)")
+
+
+def _row_security_back(conn: psycopg.Connection) -> None:
+    """Row-level security filters again: the chunk tables' policy applies to the daemon."""
+    conn.execute("SELECT pg_catalog.set_config('row_security', 'on', true)")
 
 
 def write(
@@ -125,7 +139,165 @@ def write(
     )
     with conn.transaction(), conn.cursor(binary=True) as cur:
         cur.execute("SELECT pg_catalog.set_config('pgembed.writing', 'on', true)")
-        return {row[0] for row in cur.execute(query, params)}
+        _row_security_errors(conn)  # a policy made since the read: fail, never write fewer
+        written = {row[0] for row in cur.execute(query, params)}
+        _row_security_back(conn)
+        return written
+
+
+def lock_unchanged(
+    conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str], text_md5s: Sequence[str]
+) -> set[str]:
+    """In the caller's transaction: lock the rows whose md5(text) still matches, and return their
+    keys. Before a write as the table's owner (write_as_owner), which must come last: the row
+    locks keep their texts until the commit, so the owner's write finds each of them."""
+    if not keys:
+        return set()
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    query = sql.SQL(
+        "SELECT v.key FROM {table} t JOIN ROWS FROM (pg_catalog.unnest(%s::pg_catalog.text[]), "
+        "pg_catalog.unnest(%s::pg_catalog.text[])) AS v(key, text_md5) "
+        "ON t.{key} OPERATOR(pg_catalog.=) v.key::{type} "
+        "AND pg_catalog.md5({text}) OPERATOR(pg_catalog.=) v.text_md5 "
+        "ORDER BY v.key FOR UPDATE OF t"
+    ).format(
+        table=naming.table(spec),
+        key=sql.Identifier(spec.key_column),
+        text=naming.text_expression(spec, "t"),
+        type=naming.key_type(spec),
+    )
+    _row_security_errors(conn)
+    params = ([keys[i] for i in order], [text_md5s[i] for i in order])
+    locked = {row[0] for row in conn.execute(query, params)}
+    _row_security_back(conn)
+    return locked
+
+
+# The function that writes vectors as the table's owner: made in this session's temporary schema
+# in the write's transaction (no other session sees it before the commit), given to the owner,
+# called once, and dropped with the session's temporary objects (clean_session). SECURITY
+# DEFINER: inside it the owner's code runs as the owner, and PostgreSQL refuses SET ROLE and SET
+# SESSION AUTHORIZATION, so it cannot step back into the daemon's role. SET CONSTRAINTS ALL
+# IMMEDIATE fires the owner's deferrable constraint triggers in there too, not at the commit.
+# Every row was locked unchanged before (lock_unchanged): fewer written means the owner's own
+# triggers, rules or policies kept vectors out, which fails the batch rather than lose its keys.
+_OWNER_WRITE = """
+DECLARE
+    written bigint;
+    deferred text;
+BEGIN
+    -- Not a SET clause: PostgreSQL lets only a superuser's function set a custom parameter so.
+    PERFORM pg_catalog.set_config('pgembed.writing', 'on', true);
+    SET CONSTRAINTS ALL IMMEDIATE;
+    WITH w AS (
+        UPDATE {table} t SET {column} = v.embedding
+        FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(text_md5s),
+                        pg_catalog.unnest(embeddings)) AS v(key, text_md5, embedding)
+        WHERE t.{key} OPERATOR(pg_catalog.=) v.key::{type}
+          AND pg_catalog.md5({text}) OPERATOR(pg_catalog.=) v.text_md5
+        RETURNING 1)
+    SELECT pg_catalog.count(*) INTO written FROM w;
+    SET CONSTRAINTS ALL IMMEDIATE;
+    -- The owner's code may defer a trigger again: it would fire at the commit, as the daemon.
+    -- PostgreSQL lets SQL neither see that queue nor fire it here as a restricted operation,
+    -- so a write that changed any table with a deferrable trigger (foreign keys' aside: they
+    -- check as the table's owner) is refused.
+    SELECT pg_catalog.string_agg(DISTINCT s.relid::pg_catalog.regclass::pg_catalog.text, ', ')
+    INTO deferred
+    FROM pg_catalog.pg_stat_xact_all_tables s
+    JOIN pg_catalog.pg_trigger g ON g.tgrelid OPERATOR(pg_catalog.=) s.relid
+    JOIN pg_catalog.pg_proc f ON f.oid OPERATOR(pg_catalog.=) g.tgfoid
+    WHERE g.tgdeferrable
+      AND NOT (f.pronamespace OPERATOR(pg_catalog.=) 'pg_catalog'::pg_catalog.regnamespace
+               AND f.proname OPERATOR(pg_catalog.~~) 'RI\\_FKey\\_%')
+      AND s.n_tup_ins OPERATOR(pg_catalog.+) s.n_tup_upd OPERATOR(pg_catalog.+) s.n_tup_del
+          OPERATOR(pg_catalog.>) 0;
+    IF deferred IS NOT NULL THEN
+        RAISE EXCEPTION 'pgembed: writing % as its owner % changed % whose deferrable triggers '
+            'would fire at the commit as the daemon: not written (make them NOT DEFERRABLE)',
+            {table_name}, CURRENT_USER, deferred;
+    END IF;
+    IF written OPERATOR(pg_catalog.<>) pg_catalog.cardinality(keys) THEN
+        RAISE EXCEPTION 'pgembed: % of % vectors were kept from being written to %: the table''s '
+            'own triggers, rules or row-level security refused them (as its owner %)',
+            pg_catalog.cardinality(keys) OPERATOR(pg_catalog.-) written,
+            pg_catalog.cardinality(keys), {table_name}, CURRENT_USER;
+    END IF;
+END
+"""
+_WRITER = "pg_temp.pgembed_write_as_owner"
+_SETTINGS = (
+    "SET search_path = pg_catalog, pg_temp "
+    "SET datestyle = 'ISO, MDY' SET intervalstyle = 'postgres' SET timezone = 'UTC' "
+    "SET extra_float_digits = 1 SET bytea_output = 'hex' SET row_security = on"
+)
+
+
+def write_as_owner(
+    conn: psycopg.Connection,
+    spec: ModelSpec,
+    owner: str,
+    keys: Sequence[str],
+    text_md5s: Sequence[str],
+    vectors: np.ndarray,
+) -> None:
+    """Write vectors as the table's owner, in the caller's transaction, as its last statement:
+    the owner's code runs in this session, which clean_session puts right after the commit."""
+    if not keys:
+        return
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    body = sql.SQL(_OWNER_WRITE).format(
+        table=naming.table(spec),
+        column=sql.Identifier(spec.embedding_column),
+        key=sql.Identifier(spec.key_column),
+        text=naming.text_expression(spec, "t"),
+        type=naming.key_type(spec),
+        table_name=sql.Literal(spec.qualified_table),
+    )
+    signature = sql.SQL("{}(pg_catalog.text[], pg_catalog.text[], {}[])").format(
+        sql.SQL(_WRITER), db.vector_name(conn, "vector")
+    )
+    conn.execute(
+        sql.SQL(
+            "CREATE FUNCTION {}(keys pg_catalog.text[], text_md5s pg_catalog.text[], "
+            "embeddings {}[]) RETURNS void LANGUAGE plpgsql SECURITY DEFINER {} AS {}"
+        ).format(
+            sql.SQL(_WRITER),
+            db.vector_name(conn, "vector"),
+            sql.SQL(_SETTINGS),
+            sql.Literal(body.as_string(conn)),
+        )
+    )
+    conn.execute(sql.SQL("ALTER FUNCTION {} OWNER TO {}").format(signature, sql.Identifier(owner)))
+    params = (
+        [keys[i] for i in order],
+        [text_md5s[i] for i in order],
+        [Vector(vectors[i]) for i in order],
+    )
+    with conn.cursor(binary=True) as cur:
+        cur.execute(
+            sql.SQL("SELECT {}(%s::pg_catalog.text[], %s::pg_catalog.text[], %b)").format(
+                sql.SQL(_WRITER)
+            ),
+            params,
+        )
+
+
+def clean_session(conn: psycopg.Connection) -> None:
+    """After a write as a table's owner (committed or not): undo what the owner's code may have
+    left in this session for the daemon's next statements to meet: settings (search_path ...),
+    temporary objects (a type or table that would be found before pg_catalog's), prepared
+    statements, listens, advisory locks, open cursors. The writing function goes with them."""
+    for statement in (
+        "RESET ALL",
+        "DISCARD TEMP",
+        "DEALLOCATE ALL",
+        "UNLISTEN *",
+        "CLOSE ALL",
+        "SELECT pg_catalog.pg_advisory_unlock_all()",
+    ):
+        conn.execute(statement)
+    db.pin(conn)
 
 
 def write_chunks(

@@ -22,7 +22,7 @@ from functools import partial
 import psycopg
 
 from pgembed import db, defaults, migrate
-from pgembed.catalog import registry, tables
+from pgembed.catalog import registry, tables, trust
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, hardware
 from pgembed.encode.settings import runtime_settings
@@ -146,6 +146,9 @@ class Worker:
     def _session(self) -> None:
         """One connected stretch of work; returns when done, raises when the connection fails."""
         conn = db.connect(self.url)
+        # Never a prepared statement: a table owner's code, run in this session as that owner
+        # (store.write_as_owner), could put its own statement under the name of one.
+        conn.prepare_threshold = None
         self._reached = True
         keeper = Keeper(
             self.url, self.id, self.options.lease_seconds, self.options.heartbeat_seconds
@@ -215,9 +218,10 @@ class Worker:
         return specs
 
     def _servable(self, conn: psycopg.Connection, spec: ModelSpec) -> bool:
-        """Whether the model's table and columns are there; a new reason is logged once, and
-        the model is checked again at each catalog read (after a wait, or a change)."""
-        reason = tables.model_problem(conn, spec)
+        """Whether the model's table and columns are there and this role may sync it safely and
+        whole (catalog/trust.py); a new reason is logged once, and the model is checked again
+        at each catalog read (after a wait, or a change)."""
+        reason = tables.model_problem(conn, spec) or trust.problem(conn, spec)
         before = self._broken.pop(spec.name, None)
         if reason is None:
             if before is not None:

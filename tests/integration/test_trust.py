@@ -221,6 +221,12 @@ def test_each_role_works_with_only_its_grants(
         migrate.migrate(conn)
     writer = new_role("writer")
     daemon = new_role("daemon", f"IN ROLE {roles.DAEMON}")
+    with db.connection(empty_db_url) as conn:  # a superuser's grant: the daemon writes as owner
+        conn.execute(
+            sql.SQL("GRANT {} TO {} WITH INHERIT FALSE").format(
+                sql.Identifier(owner), sql.Identifier(daemon)
+            )
+        )
     reader = new_role("reader", f"IN ROLE {roles.READER}")
     with db.connection(owner_url) as conn:
         conn.execute(

@@ -40,7 +40,10 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
                  FROM unnest(columns) WITH ORDINALITY AS u(c, o)) END
 $fn$;
 
--- NULL, or why a capture trigger cannot run: a column it names was renamed or dropped. The
+-- NULL, or why a capture trigger cannot run: a column it names was renamed or dropped, or its
+-- type belongs to a role that is not a superuser (a composite, a domain of a user's), whose cast
+-- to text would run as the role that ran `migrate`, so nothing of it is cast (catalog.sql's
+-- untrusted_columns applies the same rule at `model add`, in `status` and the daemon). The
 -- application's write then goes on without it (a WARNING says so); `pgembed status` marks the
 -- model broken. Checked in the catalog, not by catching the error: a subtransaction per row
 -- would slow every bulk UPDATE. Only the key and vector columns are needed to capture: with a
@@ -48,12 +51,28 @@ $fn$;
 -- once the column is back), so a rename and its undoing lose no change.
 CREATE OR REPLACE FUNCTION pgembed._missing_column_v1(rel oid, model text, columns text[]) RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT format('pgembed model %s: table %s has no column %s any more (renamed or dropped?), '
-                  'so this change was not captured: rename it back, or `pgembed model remove %s`',
-                  model, rel::regclass, quote_ident(c), model)
+    SELECT CASE WHEN a.typ IS NULL
+                THEN format('pgembed model %s: table %s has no column %s any more (renamed or '
+                            'dropped?), so this change was not captured: rename it back, or '
+                            '`pgembed model remove %s`', model, rel::regclass, quote_ident(c),
+                            model)
+                ELSE format('pgembed model %s: column %s of table %s has type %s, which a '
+                            'non-superuser owns, so this change was not captured (its casts '
+                            'would run as pgembed''s owner): `pgembed model remove %s`',
+                            model, quote_ident(c), rel::regclass, format_type(a.typ, NULL),
+                            model) END
     FROM unnest(columns) AS c
-    WHERE NOT EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = rel AND a.attname = c
-                                                  AND a.attnum > 0 AND NOT a.attisdropped)
+    LEFT JOIN LATERAL (
+        SELECT a.atttypid AS typ,
+               (SELECT t.typowner FROM pg_type t WHERE t.oid = a.atttypid) AS owner
+        FROM pg_attribute a
+        WHERE a.attrelid = rel AND a.attname = c AND a.attnum > 0 AND NOT a.attisdropped
+    ) a ON true
+    -- This runs for every row updated: built-in types belong to the bootstrap superuser (oid
+    -- 10), so pg_roles is read only for other types (an extension's belong to a superuser).
+    WHERE a.typ IS NULL
+       OR (a.owner <> 10
+           AND NOT EXISTS (SELECT FROM pg_roles r WHERE r.oid = a.owner AND r.rolsuper))
     LIMIT 1
 $fn$;
 

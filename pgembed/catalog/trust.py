@@ -1,0 +1,84 @@
+"""Whose rights a watched table's own code runs with when pgembed's daemon writes to it, and
+whether the daemon may read it whole.
+
+A table's owner can attach code to it (triggers, rules, policies, check constraints, index
+expressions); PostgreSQL runs that code as whoever writes the table. The daemon writes every
+watched table's vectors, so written as the daemon, one owner's trigger would run with the
+daemon's grants on every other watched table (or a syncing superuser's powers). So the daemon
+writes a table as its owner, as PostgreSQL's own maintenance commands and logical replication
+do: through a SECURITY DEFINER function owned by the table's owner (sync/store.py), inside which
+PostgreSQL refuses SET ROLE, so the owner's code cannot step back into the daemon's role. That
+needs the daemon to be able to SET ROLE to the owner: a superuser, or GRANT owner TO the
+daemon's role WITH INHERIT FALSE. A table whose owner is a superuser, or the daemon's login
+itself, is written directly: its code gains nothing.
+
+Row-level security that filters the daemon's reads would make rows it cannot see look deleted;
+such a table is not synced (its keys stay queued) until the daemon's role may read every row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+from pgembed import sqlfiles
+from pgembed.catalog.registry import ModelSpec
+
+
+@dataclass(frozen=True)
+class TableTrust:
+    owner: str
+    owner_is_superuser: bool
+    session_is_owner: bool  # the daemon logged in as the table's owner
+    can_become_owner: bool  # SET ROLE to the owner is allowed (a superuser, or a member)
+    owner_has_temp: bool  # the owner may create temporary objects (its writing function is one)
+    row_security: bool  # row-level security filters what this role reads of the table
+    role: str  # this role (CURRENT_USER)
+
+    @property
+    def writes_as_owner(self) -> bool:
+        """Whether vectors are written through a function owned by the table's owner."""
+        return not (self.owner_is_superuser or self.session_is_owner)
+
+
+def inspect(conn: psycopg.Connection, spec: ModelSpec) -> TableTrust | None:
+    """The table's trust facts for this role; None when the table is gone."""
+    row = conn.execute(
+        sqlfiles.get("catalog", "table_trust"),
+        {"schema": spec.table_schema, "name": spec.table_name},
+    ).fetchone()
+    return None if row is None else TableTrust(*row)
+
+
+def problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
+    """Why this role cannot sync the model's table safely and whole, with what to do; else None.
+
+    The daemon skips such a model (its keys stay queued) and `status` says this one line."""
+    found = inspect(conn, spec)
+    if found is None:
+        return None  # tables.problem says the table is gone
+    table = spec.qualified_table
+    if found.row_security:
+        return (
+            f"row-level security on {table} hides rows from role {found.role}, so they would "
+            f"look deleted: its keys stay queued until {found.role} may read every row "
+            f"(ALTER ROLE {found.role} BYPASSRLS, or sync as the table's owner {found.owner} "
+            "without FORCE ROW LEVEL SECURITY)"
+        )
+    if not found.writes_as_owner:
+        return None
+    if not found.can_become_owner:
+        return (
+            f"{table} belongs to {found.owner}, and role {found.role} may not act as it: the "
+            "daemon writes a table's vectors as its owner, so the owner's triggers run with the "
+            f"owner's rights only (GRANT {found.owner} TO {found.role} WITH INHERIT FALSE, as "
+            f"a superuser; or sync as {found.owner})"
+        )
+    if not found.owner_has_temp:
+        return (
+            f"{table} belongs to {found.owner}, which may not create temporary objects in this "
+            "database: the daemon writes its vectors through a temporary function of that "
+            f"owner (GRANT TEMPORARY ON DATABASE ... TO {found.owner})"
+        )
+    return None

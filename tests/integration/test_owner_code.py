@@ -1,0 +1,255 @@
+"""Trust, second round: nothing a watched table's owner defines (a trigger, a cast, a type) runs
+with the privileges of the role that migrates or syncs. Each test plants the attack an audit
+ran, as a non-superuser owner whose code tries to make itself SUPERUSER (or to read a table it
+may not), and checks it stays powerless.
+
+Roles are cluster-wide: each test makes its own (make_role) and drops them after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+from roles_helpers import as_role, role_maker
+
+import pgembed
+from pgembed import db, roles
+from pgembed.errors import UsageError
+from pgembed.lifecycle import models
+from pgembed.sync import worker
+
+
+@pytest.fixture
+def make_role(db_url: str) -> Iterator[Callable[..., str]]:
+    with role_maker(db_url) as make:
+        yield make
+
+
+# Tries to make `owner` a superuser from whatever role runs it; records who ran it.
+_PWN = """
+CREATE TABLE public.ran (by_role text);
+GRANT INSERT ON public.ran TO PUBLIC;
+CREATE FUNCTION public.pwn() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.ran VALUES (current_user);
+    BEGIN
+        EXECUTE format('ALTER ROLE %I SUPERUSER', '{owner}');
+    EXCEPTION WHEN others THEN NULL;
+    END;
+    BEGIN  -- out of a SET ROLE the owner's code runs under, back to the session's role
+        RESET ROLE;
+        EXECUTE format('ALTER ROLE %I SUPERUSER', '{owner}');
+    EXCEPTION WHEN others THEN NULL;
+    END;
+END $$;
+"""
+
+
+def superuser(conn: psycopg.Connection, role: str) -> bool:
+    row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
+    return row == (True,)
+
+
+def _owner_with_traps(conn: psycopg.Connection, make: Callable[..., str]) -> str:
+    owner = make("owner")
+    conn.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(owner)))
+    conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(owner)))
+    conn.execute(_PWN.replace("{owner}", owner).encode())
+    conn.execute("RESET ROLE")
+    return owner
+
+
+def test_a_key_type_of_the_owners_casts_nothing_as_the_migrating_role(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """A composite key type with the owner's own cast to text: `model add` refuses it (today it
+    accepted it, and one INSERT ran the cast inside the SECURITY DEFINER capture function)."""
+    with db.connection(db_url) as conn:
+        owner = _owner_with_traps(conn, make_role)
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(owner)))
+        conn.execute(
+            "CREATE TYPE public.k AS (n integer); "
+            "CREATE FUNCTION public.k_text(public.k) RETURNS text LANGUAGE plpgsql AS "
+            "$$BEGIN PERFORM public.pwn(); RETURN ($1).n::text; END$$; "
+            "CREATE CAST (public.k AS text) WITH FUNCTION public.k_text(public.k); "
+            "CREATE TABLE public.docs (id public.k PRIMARY KEY, body text)"
+        )
+        conn.execute("RESET ROLE")
+        refused = None
+        try:  # as a superuser, as the audit did
+            models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+        except UsageError as exc:
+            refused = str(exc)
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(owner)))
+        conn.execute("INSERT INTO public.docs VALUES (ROW(1), 'the battery dies')")
+        conn.execute("RESET ROLE")
+        assert not superuser(conn, owner)
+        assert conn.execute("SELECT by_role FROM public.ran").fetchall() == []
+    assert refused is not None and "key column 'id'" in refused and "non-superuser owns" in refused
+
+
+def test_a_column_type_given_to_a_user_later_is_not_cast_by_capture(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """A model added while a superuser owned the key type (or before `model add` checked): once
+    a user owns the type and gives it a cast, the capture functions cast nothing of it, warn,
+    and the daemon and status call the model broken."""
+    with db.connection(db_url) as conn:
+        owner = _owner_with_traps(conn, make_role)
+        conn.execute("CREATE TYPE public.k AS (n integer)")
+        conn.execute("CREATE TABLE public.docs (id public.k PRIMARY KEY, body text)")
+        models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+        conn.execute(sql.SQL("ALTER TYPE public.k OWNER TO {}").format(sql.Identifier(owner)))
+        conn.execute(sql.SQL("ALTER TABLE public.docs OWNER TO {}").format(sql.Identifier(owner)))
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(owner)))
+        conn.execute(
+            "CREATE FUNCTION public.k_text(public.k) RETURNS text LANGUAGE plpgsql AS "
+            "$$BEGIN PERFORM public.pwn(); RETURN ($1).n::text; END$$; "
+            "CREATE CAST (public.k AS text) WITH FUNCTION public.k_text(public.k)"
+        )
+        warnings: list[str] = []
+        conn.add_notice_handler(lambda diag: warnings.append(diag.message_primary or ""))
+        conn.execute("INSERT INTO public.docs VALUES (ROW(1), 'the battery dies')")
+        conn.execute("UPDATE public.docs SET body = 'the battery lasts'")
+        conn.execute("DELETE FROM public.docs")
+        conn.execute("RESET ROLE")
+        assert not superuser(conn, owner)
+        assert conn.execute("SELECT by_role FROM public.ran").fetchall() == []
+        assert any("non-superuser owns" in w for w in warnings), warnings
+    (report,) = pgembed.status(database_url=db_url)
+    assert "non-superuser owns" in report["broken"]
+
+
+# The owner's trigger on its own table: tries to become SUPERUSER, to copy a table it may not
+# read (public.secret, another model's) into its own, and to leave traps in the syncing session
+# for the daemon's next statements: a search_path of its own and a temporary domain named
+# `text` whose check would run as whoever casts to it.
+_TRIGGER = """
+CREATE TABLE public.loot (body text);
+CREATE FUNCTION public.pwn_check(text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.pwn(); RETURN true; END $$;
+CREATE FUNCTION public.on_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM public.pwn();
+    BEGIN
+        INSERT INTO public.loot SELECT body FROM public.secret;
+    EXCEPTION WHEN others THEN NULL;
+    END;
+    BEGIN
+        EXECUTE 'CREATE DOMAIN pg_temp.text AS pg_catalog.text CHECK (public.pwn_check(VALUE))';
+    EXCEPTION WHEN others THEN NULL;
+    END;
+    PERFORM pg_catalog.set_config('search_path', 'public', false);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER on_write BEFORE UPDATE ON public.docs FOR EACH ROW
+EXECUTE FUNCTION public.on_write();
+"""
+
+
+def _owned_table(conn: psycopg.Connection, owner: str) -> None:
+    """docs, owned by `owner` and watched; public.secret, watched by another model (so the
+    daemon role may read its text) and denied to the owner."""
+    conn.execute("CREATE TABLE public.secret (id integer PRIMARY KEY, body text)")
+    conn.execute("INSERT INTO public.secret VALUES (1, 'the launch code is 0000')")
+    models.add(conn, models.AddRequest("other", "secret", "body", precision="fp32"))
+    conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
+    conn.execute(sql.SQL("ALTER TABLE public.docs OWNER TO {}").format(sql.Identifier(owner)))
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+    conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(owner)))
+    conn.execute(_TRIGGER.encode())
+    conn.execute(
+        "INSERT INTO public.docs SELECT g, 'review ' || g || ': the battery dies' "
+        "FROM generate_series(1, 7) g"
+    )
+    conn.execute("RESET ROLE")
+
+
+def _sync(url: str) -> worker.Stats:
+    """Batches of two keys: the daemon's statements after one owner write meet its traps."""
+    return worker.Worker(url, worker.Options(once=True, claim_size=2)).run()
+
+
+def _embedded(conn: psycopg.Connection) -> int:
+    row = conn.execute("SELECT count(embedding_minilm) FROM public.docs").fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.parametrize("syncer", ["superuser", "daemon"])
+def test_the_owners_trigger_runs_with_the_owners_rights_only(
+    db_url: str, make_role: Callable[..., str], syncer: str
+) -> None:
+    with db.connection(db_url) as conn:
+        roles.create(conn)
+        owner = _owner_with_traps(conn, make_role)
+        _owned_table(conn, owner)
+        url = db_url
+        if syncer == "daemon":  # a pgembed_daemon member that may act as the table's owner
+            url = as_role(db_url, make_role("daemon", f"IN ROLE {roles.DAEMON}"))
+            conn.execute(
+                sql.SQL("GRANT {} TO {} WITH INHERIT FALSE").format(
+                    sql.Identifier(owner), sql.Identifier(roles.DAEMON)
+                )
+            )
+    stats = _sync(url)
+    with db.connection(db_url) as conn:
+        assert not superuser(conn, owner)
+        assert conn.execute("SELECT count(*) FROM public.loot").fetchone() == (0,)
+        ran = {by for (by,) in conn.execute("SELECT DISTINCT by_role FROM public.ran")}
+        assert ran == {owner}, ran  # the trigger did run, as the owner and nobody else
+        assert _embedded(conn) == 7 and stats.written == 8
+        assert conn.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+
+
+def test_a_daemon_that_may_not_act_as_the_owner_leaves_the_table_queued(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    with db.connection(db_url) as conn:
+        roles.create(conn)
+        owner = _owner_with_traps(conn, make_role)
+        _owned_table(conn, owner)
+        daemon = make_role("daemon", f"IN ROLE {roles.DAEMON}")
+        daemon_url = as_role(db_url, daemon)
+    stats = _sync(daemon_url)
+    with db.connection(db_url) as conn:
+        assert conn.execute("SELECT by_role FROM public.ran").fetchall() == []
+        assert _embedded(conn) == 0 and stats.written == 1  # public.secret's row only
+    report = {m["name"]: m for m in pgembed.status(database_url=daemon_url)}
+    assert f"GRANT {owner} TO {daemon} WITH INHERIT FALSE" in report["minilm"]["broken"]
+    assert report["minilm"]["queued"] == 7
+
+
+def test_a_trigger_the_owner_defers_to_the_commit_never_fires_as_the_syncer(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """The owner's code defers its constraint trigger while the daemon writes as the owner:
+    at the commit it would run as the syncing role (a superuser here). The write is refused."""
+    with db.connection(db_url) as conn:
+        owner = _owner_with_traps(conn, make_role)
+        conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
+        conn.execute(sql.SQL("ALTER TABLE public.docs OWNER TO {}").format(sql.Identifier(owner)))
+        models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(owner)))
+        conn.execute(
+            "CREATE FUNCTION public.later() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN PERFORM public.pwn(); RETURN NULL; END$$; "
+            "CREATE CONSTRAINT TRIGGER later AFTER UPDATE ON public.docs "
+            "DEFERRABLE INITIALLY IMMEDIATE FOR EACH ROW EXECUTE FUNCTION public.later(); "
+            "CREATE FUNCTION public.defer() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN SET CONSTRAINTS ALL DEFERRED; RETURN NEW; END$$; "
+            "CREATE TRIGGER defer BEFORE UPDATE ON public.docs FOR EACH ROW "
+            "EXECUTE FUNCTION public.defer(); "
+            "INSERT INTO public.docs SELECT g, 'review ' || g FROM generate_series(1, 7) g"
+        )
+        conn.execute("RESET ROLE")
+    stats = _sync(db_url)
+    with db.connection(db_url) as conn:
+        assert not superuser(conn, owner)
+        ran = {by for (by,) in conn.execute("SELECT DISTINCT by_role FROM public.ran")}
+        assert ran <= {owner}, ran
+        assert _embedded(conn) == 0 and stats.written == 0
+    (report,) = pgembed.status(database_url=db_url)
+    assert report["queued"] == 7
