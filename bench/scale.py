@@ -5,7 +5,7 @@ server-side COPY (a watched table against the same unwatched one), `model add` o
 while an application inserts a row every 20 ms (the writer's longest wait), the first claim on
 the fresh backlog (statistics as they are after the enqueue) and the claim p50, `pgembed
 status`'s time, the queue's size at the backlog, after draining it and after the autovacuum
-(pgembed.queue's settings, migration 0016), and an HNSW build over the table's vectors (time,
+(pgembed.queue's settings, migration 0014), and an HNSW build over the table's vectors (time,
 size, the backend's peak memory). Then the sync rows/s of 1, 2 and 4 `pgembed sync --once`
 processes against one database, with the real model on real reviews.
 

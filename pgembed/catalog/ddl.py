@@ -103,7 +103,7 @@ def follow_row_security(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """A role sees a chunk only while it may see the chunk's row: the policy's subquery reads the
     watched table as the querying role, so that table's grants and row-level security apply
     (a role without SELECT on it reads no chunk at all). Its owner (schema pgembed's, as the
-    capture functions that clean chunks up) is not subject to it. Migration 0017 adds the same
+    capture functions that clean chunks up) is not subject to it. Migration 0015 adds the same
     to chunk tables made before."""
     table = naming.chunk_table(spec)
     conn.execute(sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(table))

@@ -184,12 +184,12 @@ def test_a_tenant_finds_only_its_rows_through_every_path(
         engine.dispose()
 
 
-def test_migration_0017_puts_the_policy_on_chunk_tables_made_before(db_url: str) -> None:
+def test_migration_0015_puts_the_policy_on_chunk_tables_made_before(db_url: str) -> None:
     with db.connection(db_url) as conn:
         conn.execute("CREATE TABLE docs (id integer PRIMARY KEY, body text)")
         request = models.AddRequest("whole", "docs", "body", precision="fp32", long_texts="chunk")
         models.add(conn, request)
-        # As a chunk table was before 0017.
+        # As a chunk table was before 0015.
         conn.execute("DROP POLICY pgembed_row_visible ON pgembed_whole_chunks")
         conn.execute("ALTER TABLE pgembed_whole_chunks DISABLE ROW LEVEL SECURITY")
         conn.execute("DELETE FROM pgembed.migrations WHERE version = 17")

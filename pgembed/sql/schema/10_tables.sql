@@ -111,12 +111,12 @@ CREATE TABLE pgembed.queue (
     claimed_by      text,
     last_error      text,
     PRIMARY KEY (model, key)
-) WITH (  -- vacuumed and analyzed every 10,000 rows: a drained backlog's space is reused (0016)
+) WITH (  -- vacuumed and analyzed every 10,000 rows: a drained backlog's space is reused (0014)
     autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000,
     autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 10000,
     autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 10000
 );
--- A model's ready keys, oldest lease first: the claim's index (since 0016).
+-- A model's ready keys, oldest lease first: the claim's index (since 0014).
 CREATE INDEX queue_ready_idx ON pgembed.queue (model, next_attempt_at);
 
 -- Inserted keys land here first (an append to an index-less table); workers move them to the queue.

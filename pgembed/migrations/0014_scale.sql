@@ -1,4 +1,4 @@
--- pgembed 0016: a queue that stays quick and small at a million keys (issue 24).
+-- pgembed 0014: a queue that stays quick and small at a million keys (issue 24).
 -- The claim reads a model's ready keys oldest lease first from this index and stops at its
 -- LIMIT, whatever the statistics say (sql/sync.sql `claim`). Built here without CONCURRENTLY:
 -- migrate runs in one transaction; a queue is small but during a backlog, when it takes seconds.

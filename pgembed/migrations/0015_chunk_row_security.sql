@@ -1,4 +1,4 @@
--- pgembed 0017: a chunk table follows its watched table's grants and row-level security (issue
+-- pgembed 0015: a chunk table follows its watched table's grants and row-level security (issue
 -- 26). Before, `model add` granted pgembed_reader SELECT on every pgembed_<model>_chunks, and a
 -- role the table's policy showed only some rows read every row's chunks. Now a chunk is visible
 -- only while the querying role may see its row (catalog/ddl.py follow_row_security makes the
