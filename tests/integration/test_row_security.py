@@ -192,7 +192,7 @@ def test_migration_0015_puts_the_policy_on_chunk_tables_made_before(db_url: str)
         # As a chunk table was before 0015.
         conn.execute("DROP POLICY pgembed_row_visible ON pgembed_whole_chunks")
         conn.execute("ALTER TABLE pgembed_whole_chunks DISABLE ROW LEVEL SECURITY")
-        conn.execute("DELETE FROM pgembed.migrations WHERE version = 17")
+        conn.execute("DELETE FROM pgembed.migrations WHERE version = 15")
         migrate.migrate(conn)
         row = conn.execute(
             "SELECT c.relrowsecurity, p.polname FROM pg_class c "
