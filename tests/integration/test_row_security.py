@@ -35,7 +35,9 @@ def make_role(db_url: str) -> Iterator[Callable[..., str]]:
 
 def call(url: str, body: object) -> tuple[int, Any]:
     """POST a JSON body; the status and the decoded JSON answer."""
-    request = urllib.request.Request(url, data=json.dumps(body).encode())
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, json.loads(response.read())

@@ -74,7 +74,12 @@ def server(shop_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SearchSer
 
 
 def keys_shown(browser: WebDriver, side: str = "left") -> list[str]:
-    return [k.text.lstrip("#") for k in browser.find_elements(By.CSS_SELECTOR, f"#{side} .key")]
+    # Read in one script: element handles found first go stale when the page re-renders the list.
+    texts = browser.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => e.innerText)",
+        f"#{side} .key",
+    )
+    return [str(text).lstrip("#") for text in texts]
 
 
 def search_for(browser: WebDriver, text: str, k: int | None = None) -> None:

@@ -162,7 +162,10 @@ def test_serve_answers_from_the_standby(pair: Pair) -> None:
     served.start()
     body = json.dumps({"text": "battery", "model": "minilm"}).encode()
     try:
-        with urllib.request.urlopen(f"{served.url}/search", body, timeout=60) as response:
+        request = urllib.request.Request(
+            f"{served.url}/search", body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
             status, answer = response.status, json.loads(response.read())
     finally:
         served.stop()
