@@ -258,7 +258,15 @@ def _refuse_shadows(conn: psycopg.Connection, schema: str) -> None:
         )
 
 
+MIN_SERVER_VERSION = 160000  # pg_has_role(..., 'SET'), pg_input_is_valid, GRANT ... INHERIT FALSE
+
+
 def _require_vector_available(conn: psycopg.Connection) -> None:
+    if conn.info.server_version < MIN_SERVER_VERSION:
+        raise DatabaseError(
+            f"pgembed needs PostgreSQL 16 or later; this server is {conn.info.server_version}: "
+            "its SQL uses pg_input_is_valid and role membership options that came in 16"
+        )
     row = conn.execute(sqlfiles.get("migrate", "vector_available")).fetchone()
     if not row or not row[0]:
         raise DatabaseError(

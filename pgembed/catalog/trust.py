@@ -33,6 +33,7 @@ class TableTrust:
     session_is_owner: bool  # the daemon logged in as the table's owner
     can_become_owner: bool  # SET ROLE to the owner is allowed (a superuser, or a member)
     owner_has_temp: bool  # the owner may create temporary objects (its writing function is one)
+    role_has_temp: bool  # so may this role: the function is made in this session's temp schema
     row_security: bool  # row-level security filters what this role reads of the table
     role: str  # this role (CURRENT_USER)
 
@@ -80,5 +81,11 @@ def problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
             f"{table} belongs to {found.owner}, which may not create temporary objects in this "
             "database: the daemon writes its vectors through a temporary function of that "
             f"owner (GRANT TEMPORARY ON DATABASE ... TO {found.owner})"
+        )
+    if not found.role_has_temp:
+        return (
+            f"{table} belongs to {found.owner}, and role {found.role} may not create temporary "
+            "objects in this database: the daemon writes its vectors through a temporary "
+            f"function it makes for that owner (GRANT TEMPORARY ON DATABASE ... TO {found.role})"
         )
     return None

@@ -125,6 +125,9 @@ WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_catalog.pg_backend_p
 SELECT pg_catalog.array_agg(a.pid ORDER BY a.pid) FILTER (WHERE pg_catalog.pg_cancel_backend(a.pid))
 FROM pg_catalog.pg_stat_activity a
 WHERE a.backend_type = 'autovacuum worker'
+  -- A role that may not read other sessions' queries sees '<insufficient privilege>': such a
+  -- worker could be one that prevents wraparound, so it is left alone.
+  AND a.query LIKE 'autovacuum:%%'
   AND a.query NOT LIKE '%%to prevent wraparound%%'
   AND a.datname = pg_catalog.current_database()
   AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks l WHERE l.pid OPERATOR(pg_catalog.=) a.pid
@@ -155,6 +158,7 @@ WHERE n.nspname = %(schema)s AND c.relname = %(name)s;
 SELECT r.rolname, r.rolsuper, r.rolname OPERATOR(pg_catalog.=) SESSION_USER,
        pg_catalog.pg_has_role(CURRENT_USER, c.relowner, 'SET'),
        pg_catalog.has_database_privilege(c.relowner, pg_catalog.current_database(), 'TEMP'),
+       pg_catalog.has_database_privilege(CURRENT_USER, pg_catalog.current_database(), 'TEMP'),
        pg_catalog.row_security_active(c.oid), CURRENT_USER::pg_catalog.text
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.relowner

@@ -253,3 +253,32 @@ def test_a_trigger_the_owner_defers_to_the_commit_never_fires_as_the_syncer(
         assert _embedded(conn) == 0 and stats.written == 0
     (report,) = pgembed.status(database_url=db_url)
     assert report["queued"] == 7
+
+
+def test_a_daemon_without_temp_leaves_the_table_queued_and_says_why(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """The owner's writing function is made in the daemon's temp schema: without TEMPORARY on
+    the database the daemon skips the model (its keys stay queued) and status names the grant."""
+    with db.connection(db_url) as conn:
+        roles.create(conn)
+        owner = _owner_with_traps(conn, make_role)
+        _owned_table(conn, owner)
+        daemon = make_role("daemon", f"IN ROLE {roles.DAEMON}")
+        conn.execute(
+            sql.SQL("GRANT {} TO {} WITH INHERIT FALSE").format(
+                sql.Identifier(owner), sql.Identifier(daemon)
+            )
+        )
+        database = sql.Identifier(conn.info.dbname)
+        conn.execute(sql.SQL("REVOKE TEMPORARY ON DATABASE {} FROM PUBLIC").format(database))
+        conn.execute(
+            sql.SQL("GRANT TEMPORARY ON DATABASE {} TO {}").format(database, sql.Identifier(owner))
+        )
+        daemon_url = as_role(db_url, daemon)
+    _sync(daemon_url)
+    with db.connection(db_url) as conn:
+        assert _embedded(conn) == 0
+    report = {m["name"]: m for m in pgembed.status(database_url=daemon_url)}
+    assert f"GRANT TEMPORARY ON DATABASE ... TO {daemon}" in report["minilm"]["broken"]
+    assert report["minilm"]["queued"] == 7

@@ -21,7 +21,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 import pgembed
 from pgembed import db, migrate, orm, roles
 from pgembed.catalog import registry
-from pgembed.lifecycle import models
+from pgembed.lifecycle import models, setup
 from pgembed.serve.api import Api
 from pgembed.serve.server import SearchServer
 from pgembed.sync import store
@@ -250,3 +250,29 @@ def test_the_daemon_read_refuses_rows_row_security_would_hide(
     refused = pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security")
     with db.connection(as_role(db_url, daemon)) as conn, refused:
         store.read(conn, spec, ["1", "2"])
+
+
+def test_queuing_existing_rows_never_skips_rows_a_policy_hides(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """`model add`'s batched enqueue by a role a policy hides rows from fails, in one error,
+    instead of queuing only the rows that role sees (the others would never be embedded)."""
+    with db.connection(db_url) as conn:
+        roles.create(conn)
+        adder = make_role("adder", f"IN ROLE {roles.DAEMON}")
+        conn.execute("CREATE TABLE docs (id text PRIMARY KEY, tenant text NOT NULL, body text)")
+        conn.execute("ALTER TABLE docs ENABLE ROW LEVEL SECURITY")
+        conn.execute("CREATE POLICY tenant ON docs USING (tenant = current_user)")
+        conn.execute(sql.SQL("GRANT SELECT ON docs TO {}").format(sql.Identifier(adder)))
+        models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+        conn.execute(
+            "INSERT INTO docs VALUES ('mine', %s, 'a review'), ('theirs', 'other', 'a review')",
+            (adder,),
+        )
+        conn.execute("DELETE FROM pgembed.queue; DELETE FROM pgembed.inbox")
+        spec = registry.get(conn, "minilm")
+    refused = pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security")
+    with db.connection(as_role(db_url, adder)) as conn, refused:
+        setup.enqueue(conn, spec, setup.Reporter())
+    with db.connection(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
