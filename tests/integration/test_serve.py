@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -569,3 +570,30 @@ def test_the_page_loads_while_the_database_is_down(server: SearchServer, shop_ur
     finally:
         admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
         admin.close()
+
+
+def test_replies_go_out_without_waiting_for_a_delayed_ack(server: SearchServer) -> None:
+    """Every accepted connection is TCP_NODELAY: else a reply's headers and body, two writes,
+    wait for the client's delayed ACK between them (+40 ms on each request of a keep-alive
+    client). Read from the server's own socket of this connection (the server is in-process)."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.request("GET", "/healthz")
+        conn.getresponse().read()
+        client_port = conn.sock.getsockname()[1]
+        nodelay = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                sock = socket.socket(fileno=os.dup(int(fd)))
+            except OSError:
+                continue  # not a socket
+            with sock:
+                try:
+                    peer = sock.getpeername()
+                except OSError:
+                    continue
+                if sock.family == socket.AF_INET and peer[1] == client_port:
+                    nodelay.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        assert nodelay == [1], nodelay  # the server's end of this one connection
+    finally:
+        conn.close()

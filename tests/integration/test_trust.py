@@ -6,15 +6,15 @@ Roles are cluster-wide: each test makes its own with a random suffix and drops t
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import numpy as np
 import psycopg
 import pytest
 from pgvector import Vector
 from psycopg import sql
+from roles_helpers import as_role, role_maker
 
 import pgembed
 from helpers import REVIEWS, cli, database
@@ -28,35 +28,11 @@ from pgembed.sync import store
 LONG_REVIEW = (100, " ".join(f"Sentence {i} of a long review on its battery." for i in range(80)))
 
 
-def as_role(url: str, role: str) -> str:
-    """`url` whose sessions run as `role` (SET ROLE at connection start)."""
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "options"]
-    query.append(("options", f"-c role={role}"))
-    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
-
-
 @pytest.fixture
 def make_role(db_url: str) -> Iterator[Callable[..., str]]:
     """make_role(prefix, *options) -> a new NOLOGIN role's name; dropped with what it owns."""
-    made: list[str] = []
-
-    def make(prefix: str, *options: str) -> str:
-        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-        with db.connection(db_url) as conn:
-            conn.execute(
-                sql.SQL("CREATE ROLE {} NOLOGIN {}").format(
-                    sql.Identifier(name), sql.SQL(" ".join(options))
-                )
-            )
-        made.append(name)
-        return name
-
-    yield make
-    with db.connection(db_url) as conn:
-        for name in reversed(made):
-            conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(name)))
-            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    with role_maker(db_url) as make:
+        yield make
 
 
 # Overloads a role with CREATE on public plants to catch a superuser calling them: each records
