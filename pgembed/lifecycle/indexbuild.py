@@ -161,11 +161,19 @@ def _prepare(
     if valid is False:
         log.info("dropping invalid index %s left by an interrupted build", name)
         ddl.drop_concurrently(conn, spec.table_schema, name)
-    memory = memory_for(conn, spec, settings, filled=filled, say=say)
+    if filled:
+        memory: str | None = memory_for(conn, spec, settings, filled=True, say=say)
+        workers = settings.parallel_workers
+    else:
+        # A new, empty column: nothing to hold in memory, and parallel workers would each get a
+        # shared-memory segment sized by maintenance_work_mem for nothing (a container's 64 MB
+        # /dev/shm fails them). The server's own memory setting, or the user's, and no workers.
+        memory, workers = settings.maintenance_work_mem, 0
+    if memory is not None:
+        conn.execute("SELECT pg_catalog.set_config('maintenance_work_mem', %s, false)", (memory,))
     conn.execute(
-        "SELECT pg_catalog.set_config('maintenance_work_mem', %s, false), "
-        "pg_catalog.set_config('max_parallel_maintenance_workers', %s, false)",
-        (memory, str(settings.parallel_workers)),
+        "SELECT pg_catalog.set_config('max_parallel_maintenance_workers', %s, false)",
+        (str(workers),),
     )
     return True
 

@@ -249,3 +249,25 @@ def test_a_reindex_whose_start_was_cut_short_queues_the_rest_before_it_fills(
     assert switched is not None and switched.pooling == "cls"
     embedded = conn.execute("SELECT count(embedding_minilm) FROM public.docs").fetchone()
     assert embedded == (60,)
+
+
+def test_an_index_over_a_new_empty_column_asks_for_no_memory_or_workers(
+    conn: psycopg.Connection,
+) -> None:
+    """`model add` builds its index over a column with no vector yet: the server's own
+    maintenance_work_mem and no parallel workers (each would get a shared-memory segment of
+    that size for nothing: a container's 64 MB /dev/shm fails them). A filled column gets both."""
+    make_docs(conn, 60)
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+    spec = registry.get(conn, "minilm")
+    before = conn.execute("SHOW maintenance_work_mem").fetchone()
+    settings = indexbuild.BuildSettings()
+    notes: list[str] = []
+    assert indexbuild._prepare(conn, spec, "not_built_yet", settings, False, notes.append)
+    assert conn.execute("SHOW maintenance_work_mem").fetchone() == before
+    assert conn.execute("SHOW max_parallel_maintenance_workers").fetchone() == ("0",)
+    assert indexbuild._prepare(conn, spec, "not_built_yet", settings, True, notes.append)
+    assert conn.execute("SHOW maintenance_work_mem").fetchone() == ("1GB",)
+    assert conn.execute("SHOW max_parallel_maintenance_workers").fetchone() == (
+        str(settings.parallel_workers),
+    )
