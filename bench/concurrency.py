@@ -11,14 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from bench import serve
 from bench.env import Database, create_reviews, generated_corpus, median, percentile
 from pgembed.catalog import registry
 from pgembed.lifecycle import models
@@ -70,25 +68,11 @@ def _setup(database: Database, rows: int) -> None:
 
 
 @contextmanager
-def _served(url: str, *args: str) -> Iterator[tuple[str, int]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pgembed", "--database-url", url, "serve", "--port", "0", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if not line.startswith("serving http://"):
-            raise RuntimeError(f"pgembed serve did not start: {line!r}")
-        host, port = line.split("//", 1)[1].strip().rsplit(":", 1)
+def _served(url: str, *names: str, options: Sequence[str] = ()) -> Iterator[tuple[str, int]]:
+    """bench/serve.py's `pgembed serve` process, its address as asyncio takes it."""
+    with serve.served(url, *names, options=options) as address:
+        host, port = address.rsplit(":", 1)
         yield host, int(port)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 class _Texts:
@@ -186,12 +170,12 @@ def measure(database: Database, rows: int = 2000) -> Run:
     _setup(database, rows)
     load_average = os.getloadavg()[0]
     cells: list[Cell] = []
-    with _served(database.url, "--model", PLAIN, "--model", CHUNKED) as address:
+    with _served(database.url, PLAIN, CHUNKED) as address:
         for case, model in (("plain", PLAIN), ("chunked", CHUNKED), ("filter", PLAIN)):
             for clients in CLIENTS:
                 cells.append(_cell(address, case, model, clients, True))
                 print(_row(cells[-1]), flush=True)
-    with _served(database.url, "--model", PLAIN, "--batch-size", "1") as address:
+    with _served(database.url, PLAIN, options=("--batch-size", "1")) as address:
         cells.append(_cell(address, "plain", PLAIN, 16, False))
         print(_row(cells[-1]), flush=True)
     return Run(cells, load_average, rows)

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -64,9 +64,10 @@ def _cold(url: str, texts: list[str], light: bool) -> float:
 
 
 @contextmanager
-def served(url: str, *names: str) -> Iterator[str]:
-    """A `pgembed serve` process for these models, on a free port: its host:port."""
-    args = [a for name in names for a in ("--model", name)]
+def served(url: str, *names: str, options: Sequence[str] = ()) -> Iterator[str]:
+    """A `pgembed serve` process for these models (and `serve` options), on a free port: its
+    host:port."""
+    args = [a for name in names for a in ("--model", name)] + list(options)
     proc = subprocess.Popen(
         [sys.executable, "-m", "pgembed", "--database-url", url, "serve", "--port", "0", *args],
         stdout=subprocess.PIPE,

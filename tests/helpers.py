@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
@@ -137,3 +141,15 @@ def run_batch(
         return None
     result = batch.embed(claimed, config)
     return batch.write_back(conn, claimed, result, config, time.monotonic() - started)
+
+
+def post_json(url: str, body: object) -> tuple[int, Any]:
+    """POST `body` as JSON (as `pgembed serve` takes it): the status and the decoded answer."""
+    data, headers = json.dumps(body).encode(), {"Content-Type": "application/json"}
+    request = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, json.loads(error.read())

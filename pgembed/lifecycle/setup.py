@@ -33,6 +33,7 @@ from pgembed import capture, defaults, sqlfiles
 from pgembed.catalog import ddl, naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.lifecycle import indexbuild
+from pgembed.sync import store
 
 log = logging.getLogger("pgembed.setup")
 
@@ -169,9 +170,7 @@ def enqueue(
     last: str | None = None
     while True:
         with conn.transaction():
-            # Rows a policy hides from this role would never be queued: fail instead, as the
-            # daemon's reads do (PostgreSQL raises rather than filter with row_security off).
-            conn.execute("SET LOCAL row_security = off")
+            store.row_security_errors(conn)  # rows a policy hides would never be queued
             if last is None:
                 row = conn.execute(first, {"model": spec.name, "limit": batch}).fetchone()
             else:

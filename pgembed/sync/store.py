@@ -85,15 +85,16 @@ def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list
         type=naming.key_type(spec),
     )
     with conn.transaction():
-        _row_security_errors(conn)
+        row_security_errors(conn)
         rows = conn.execute(query, (chars + 1, list(keys))).fetchall()
     return [SourceRow(key, text[:chars], md5, len(text) > chars) for key, text, md5 in rows]
 
 
-def _row_security_errors(conn: psycopg.Connection) -> None:
+def row_security_errors(conn: psycopg.Connection) -> None:
     """For the rest of the transaction, a read of a table whose row-level security would filter
     it raises an error instead (row_security = off): a row the daemon cannot see must never look
-    deleted (its key would be dropped). catalog/trust.py says why and what to grant beforehand."""
+    deleted (its key would be dropped), nor one `model add` cannot see go unqueued.
+    catalog/trust.py says why and what to grant beforehand."""
     conn.execute("SELECT pg_catalog.set_config('row_security', 'off', true)")
 
 
@@ -139,7 +140,7 @@ def write(
     )
     with conn.transaction(), conn.cursor(binary=True) as cur:
         cur.execute("SELECT pg_catalog.set_config('pgembed.writing', 'on', true)")
-        _row_security_errors(conn)  # a policy made since the read: fail, never write fewer
+        row_security_errors(conn)  # a policy made since the read: fail, never write fewer
         written = {row[0] for row in cur.execute(query, params)}
         _row_security_back(conn)
         return written
@@ -166,7 +167,7 @@ def lock_unchanged(
         text=naming.text_expression(spec, "t"),
         type=naming.key_type(spec),
     )
-    _row_security_errors(conn)
+    row_security_errors(conn)
     params = ([keys[i] for i in order], [text_md5s[i] for i in order])
     locked = {row[0] for row in conn.execute(query, params)}
     _row_security_back(conn)

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from helpers import post_json
 from pgembed import db
 from pgembed.catalog import registry
 from pgembed.search import planner
@@ -66,22 +67,11 @@ def serve(url: str, log: Path, *args: str) -> Iterator[tuple[subprocess.Popen[st
             out.close()
 
 
-def post(url: str, body: object) -> tuple[int, Any]:
-    data, headers = json.dumps(body).encode(), {"Content-Type": "application/json"}
-    request = urllib.request.Request(url, data=data, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        with error:
-            return error.code, json.loads(error.read())
-
-
 def test_serve_answers_and_stops_on_sigterm(shop_url: str, tmp_path: Path) -> None:
     log = tmp_path / "serve.log"
     text = "the battery does not last the day"
     with serve(shop_url, log) as (proc, base):
-        status, answer = post(f"{base}/search", {"text": text, "model": "minilm", "k": 5})
+        status, answer = post_json(f"{base}/search", {"text": text, "model": "minilm", "k": 5})
         with urllib.request.urlopen(f"{base}/healthz", timeout=60) as response:
             health = json.loads(response.read())
         proc.send_signal(signal.SIGTERM)
@@ -139,7 +129,7 @@ def test_concurrent_queries_are_encoded_in_batches(shop_url: str, tmp_path: Path
 
         def ask(text: str) -> tuple[int, Any]:
             barrier.wait(timeout=60)
-            return post(f"{base}/search", {"text": text, "model": "minilm", "k": 5})
+            return post_json(f"{base}/search", {"text": text, "model": "minilm", "k": 5})
 
         with ThreadPoolExecutor(max_workers=len(texts)) as pool:
             answers = list(pool.map(ask, texts))
@@ -169,7 +159,7 @@ def test_64_clients_at_once_are_all_answered(shop_url: str, tmp_path: Path) -> N
         def client(i: int) -> list[int]:
             barrier.wait(timeout=60)
             return [
-                post(f"{base}/search", {"text": text, "model": "minilm", "k": 3})[0]
+                post_json(f"{base}/search", {"text": text, "model": "minilm", "k": 3})[0]
                 for text in texts[i * 3 : i * 3 + 3]
             ]
 
@@ -221,7 +211,7 @@ def test_bad_requests_in_a_batch_fail_alone(shop_url: str, tmp_path: Path) -> No
 
         def ask(body: dict[str, Any]) -> tuple[int, Any]:
             barrier.wait(timeout=60)
-            return post(f"{base}/search", body)
+            return post_json(f"{base}/search", body)
 
         def leave(i: int) -> None:
             body = json.dumps({"text": f"leaving early {i}", "model": "minilm"}).encode()
@@ -247,5 +237,5 @@ def test_bad_requests_in_a_batch_fail_alone(shop_url: str, tmp_path: Path) -> No
             assert status == 200 and len(answer["hits"]) == 3, answer
         for (_, status, message), (got, answer) in zip(bad, failures, strict=True):
             assert got == status and message in answer["error"], answer
-        assert post(f"{base}/search", {"text": "after", "model": "minilm", "k": 1})[0] == 200
+        assert post_json(f"{base}/search", {"text": "after", "model": "minilm", "k": 1})[0] == 200
     assert "Traceback" not in (tmp_path / "serve.log").read_text()

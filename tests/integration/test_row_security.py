@@ -4,9 +4,6 @@ that the policy hides rows from leaves their work queued and says why."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,6 +16,7 @@ from roles_helpers import as_role, role_maker
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import pgembed
+from helpers import post_json
 from pgembed import db, migrate, orm, roles
 from pgembed.catalog import registry
 from pgembed.lifecycle import models, setup
@@ -31,19 +29,6 @@ from pgembed.sync import store
 def make_role(db_url: str) -> Iterator[Callable[..., str]]:
     with role_maker(db_url) as make:
         yield make
-
-
-def call(url: str, body: object) -> tuple[int, Any]:
-    """POST a JSON body; the status and the decoded JSON answer."""
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        with error:
-            return error.code, json.loads(error.read())
 
 
 def _long(topic: str) -> str:
@@ -167,10 +152,12 @@ def test_a_tenant_finds_only_its_rows_through_every_path(
             {"text": "merger acquisition", "model": "minilm", "k": 10, "hybrid": True},
             {"similar_to": f"{alice}-0", "model": "whole", "k": 10},
         ):
-            status, answer = call(f"{served.url}/search", body)
+            status, answer = post_json(f"{served.url}/search", body)
             assert status == 200, answer
             assert all(str(hit["key"]).startswith(alice) for hit in answer["hits"]), answer
-        status, answer = call(f"{served.url}/search", {"similar_to": "secret-1", "model": "whole"})
+        status, answer = post_json(
+            f"{served.url}/search", {"similar_to": "secret-1", "model": "whole"}
+        )
         assert status == 404 and "secret" not in repr(answer).replace("secret-1", "")
     finally:
         served.stop()

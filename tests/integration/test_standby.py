@@ -8,12 +8,10 @@ keeps its settings: replication needs a `replication` line in pg_hba.conf."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from helpers import REVIEWS, cli, with_database
+from helpers import REVIEWS, cli, post_json, with_database
 from pgembed import Client, db, migrate
 from pgembed.catalog import registry
 from pgembed.embedded import access, wheel
@@ -160,13 +158,8 @@ def test_serve_answers_from_the_standby(pair: Pair) -> None:
     api.warm()
     served = SearchServer(api, "127.0.0.1", 0)
     served.start()
-    body = json.dumps({"text": "battery", "model": "minilm"}).encode()
     try:
-        request = urllib.request.Request(
-            f"{served.url}/search", body, headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=60) as response:
-            status, answer = response.status, json.loads(response.read())
+        status, answer = post_json(f"{served.url}/search", {"text": "battery", "model": "minilm"})
     finally:
         served.stop()
     assert status == 200, answer

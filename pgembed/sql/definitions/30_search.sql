@@ -550,14 +550,7 @@ BEGIN
     -- would skip a sort by `distance` itself (PostgreSQL 16's presorted aggregates), but a
     -- relaxed-order iterative scan (with a filter) returns near-ties out of order.
     effort := pgembed._path_v1(m, filter, k, settings);
-    IF effort = 0 THEN
-        EXECUTE format(
-            'SELECT array_agg(s.key ORDER BY s.distance + 0, s.key),
-                    array_agg(s.distance ORDER BY s.distance + 0, s.key)
-             FROM (%s) s',
-            pgembed._scan_v1(m, not_self || f.clause, '$2'))
-            INTO keys, distances USING query, k, exclude_key, f.args;
-    ELSE
+    IF effort > 0 THEN
         PERFORM set_config('hnsw.ef_search', effort::text, true);
         -- Without a filter, the index whatever the planner's cost of a scan (sequential scans
         -- off, see _exact_v1); with one, it weighs the index against the rows the filter leaves.
@@ -578,17 +571,17 @@ BEGIN
             EXIT WHEN settled IS NOT FALSE OR depth >= 4096;
             depth := depth * 4;
         END LOOP;
-        -- Fewer than k rows from the index while the filter's estimate promised more (stale
-        -- statistics, or hnsw.max_scan_tuples reached): the matching rows are fewer than
-        -- expected, so read them exactly. k rows whenever k rows match.
-        IF f.clause <> '' AND coalesce(cardinality(keys), 0) < k THEN
-            EXECUTE format(
-                'SELECT array_agg(s.key ORDER BY s.distance + 0, s.key),
-                        array_agg(s.distance ORDER BY s.distance + 0, s.key)
-                 FROM (%s) s',
-                pgembed._scan_v1(m, not_self || f.clause, '$2'))
-                INTO keys, distances USING query, k, exclude_key, f.args;
-        END IF;
+    END IF;
+    -- Exactly: when the rows are few (effort 0), or when the index gave fewer than k rows while
+    -- the filter's estimate promised more (stale statistics, or hnsw.max_scan_tuples reached):
+    -- the matching rows are fewer than expected. k rows whenever k rows match.
+    IF effort = 0 OR (f.clause <> '' AND coalesce(cardinality(keys), 0) < k) THEN
+        EXECUTE format(
+            'SELECT array_agg(s.key ORDER BY s.distance + 0, s.key),
+                    array_agg(s.distance ORDER BY s.distance + 0, s.key)
+             FROM (%s) s',
+            pgembed._scan_v1(m, not_self || f.clause, '$2'))
+            INTO keys, distances USING query, k, exclude_key, f.args;
     END IF;
     -- Best first, whatever order the index scan gave them in (relaxed with a filter).
     RETURN QUERY SELECT u.key, 1 - u.distance
