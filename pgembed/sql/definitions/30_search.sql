@@ -271,6 +271,47 @@ BEGIN
 END
 $fn$;
 
+-- The filtered columns that no index leads with, on a table big enough for it to matter (else
+-- NULL): one line that names them and the CREATE INDEX that helps, for a front end to show. A
+-- filter that matches fewer than pgembed.exact_rows rows (default 20,000) is read exactly
+-- (_path_v1): by a B-tree index on the filtered column when there is one, its cost growing with
+-- the rows matched, else by scanning the whole table, its cost growing with the table. Below that
+-- many rows (pg_class.reltuples; a table never counted gets no note), or with
+-- pgembed.exact_rows = 0 (never read exactly), the scan is cheap enough or never made.
+-- Any valid index whose first column is the column counts (a later column of a composite
+-- index, or an expression index, cannot serve a filter on the column alone).
+CREATE OR REPLACE FUNCTION pgembed.filter_index_note(model text, filter jsonb) RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    m pgembed.models := pgembed._model_v1(model);
+    rel regclass := to_regclass(format('%I.%I', m.table_schema, m.table_name));
+    cutoff double precision :=
+        coalesce(nullif(current_setting('pgembed.exact_rows', true), '')::float8, 20000);
+    bare text[];
+    tbl text := format('%I.%I', m.table_schema, m.table_name);
+BEGIN
+    IF jsonb_typeof(filter) IS DISTINCT FROM 'object' OR rel IS NULL OR cutoff <= 0
+       OR (SELECT c.reltuples FROM pg_class c WHERE c.oid = rel) < cutoff THEN
+        RETURN NULL;
+    END IF;
+    SELECT array_agg(f.col ORDER BY a.attnum) INTO bare  -- in the table's order
+    FROM jsonb_object_keys(filter) AS f(col)
+    JOIN pg_attribute a ON a.attrelid = rel AND a.attname = f.col AND a.attnum > 0
+                       AND NOT a.attisdropped
+    WHERE NOT EXISTS (SELECT FROM pg_index i
+                      WHERE i.indrelid = rel AND i.indisvalid AND i.indkey[0] = a.attnum);
+    IF bare IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN format('no index on %s %s, which the filter reads: %s %s selective filters fast', tbl,
+                  (SELECT string_agg(format('(%I)', c), ', ' ORDER BY n)
+                   FROM unnest(bare) WITH ORDINALITY AS u(c, n)),
+                  (SELECT string_agg(format('CREATE INDEX ON %s (%I)', tbl, c), '; ' ORDER BY n)
+                   FROM unnest(bare) WITH ORDINALITY AS u(c, n)),
+                  CASE WHEN cardinality(bare) = 1 THEN 'makes' ELSE 'make' END);
+END
+$fn$;
+
 -- Whether the caller chose `knob`: its value is neither pgvector's built-in one nor pgembed's own.
 CREATE OR REPLACE FUNCTION pgembed._own_setting_v1(knob text, builtin text) RETURNS boolean
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
@@ -757,6 +798,9 @@ COMMENT ON FUNCTION pgembed.similar(text, text, integer, jsonb) IS
     'The k rows nearest to the row with this key, the row itself excluded.';
 COMMENT ON FUNCTION pgembed.filter_note(text, jsonb) IS
     'Why a filter may match no row, when the statistics can tell (a text value no row has), else NULL.';
+COMMENT ON FUNCTION pgembed.filter_index_note(text, jsonb) IS
+    'The filtered columns no index leads with, when the table is big enough for it to matter, '
+    'with the CREATE INDEX that helps, else NULL.';
 COMMENT ON FUNCTION pgembed.hybrid_search(text, vector, text, integer, jsonb) IS
     'Reciprocal-rank fusion of the vector ranking and a full-text ranking of the embedded text.';
 
