@@ -61,6 +61,10 @@ def query_cmd(
         # Nothing found under a filter: say why when a value is one no row has (an error, like
         # any bad input), else say so on stderr, rather than print nothing.
         note = planner.filter_note(conn, request) if not hits else None
+        # A filter on a column no index leads with scans a big table whole when it is selective.
+        index_note = planner.filter_index_note(conn, request)
+    if index_note:
+        click.echo(f"pgembed: note: {printable(index_note)}", err=True)
     if note:
         raise UsageError(f"no rows: {note}")
     if not hits and request.filter:

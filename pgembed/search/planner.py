@@ -386,6 +386,20 @@ def _filter_note_plan(model: str, filter: Filter) -> Plan[str | None]:
     return rows[0][0] if rows else None
 
 
+def filter_index_note(conn: psycopg.Connection, request: SearchRequest) -> str | None:
+    """The filtered columns no index leads with, when the model's table is big enough for a
+    selective filter on them to scan it whole, with the CREATE INDEX that helps
+    (pgembed.filter_index_note); else None."""
+    if not request.filter:
+        return None
+    return execute(conn, _filter_index_note_plan(request.model, request.filter))
+
+
+def _filter_index_note_plan(model: str, filter: Filter) -> Plan[str | None]:
+    rows = yield Fetch("SELECT pgembed.filter_index_note(%s, %s)", (model, Jsonb(dict(filter))))
+    return rows[0][0] if rows else None
+
+
 def parse_filter(text: str | None) -> dict[str, Any] | None:
     """A --filter option: a JSON object, or a usage error that fits on one line."""
     if text is None:

@@ -291,3 +291,76 @@ def test_a_text_value_no_row_has_is_named_with_the_columns_values(
     assert result.exit_code != 0 and f"no rows: {note}" in result.output
     result = cli(*args, "--filter", '{"cat": {"$gt": 5000}}')
     assert result.exit_code == 0 and result.output.strip() == "no rows match the filter"
+
+
+# --- a filtered column without an index, on a big table: say so (issue 23) ----------------------
+
+INDEX_NOTE = (
+    "no index on public.reviews (rating), which the filter reads: "
+    "CREATE INDEX ON public.reviews (rating) makes selective filters fast"
+)
+
+
+def index_note(conn: psycopg.Connection, model: str, filter: dict[str, Any]) -> str | None:
+    row = conn.execute("SELECT pgembed.filter_index_note(%s, %s)", (model, Jsonb(filter)))
+    found = row.fetchone()
+    assert found is not None
+    return found[0]  # type: ignore[no-any-return]
+
+
+def test_a_filtered_column_without_an_index_gets_a_note_on_a_big_table(db_url: str) -> None:
+    """25,000 narrow rows (no vectors needed: the note reads the catalog and the table's size):
+    past pgembed.exact_rows (20,000), where a selective filter is read exactly, a column no index
+    leads with means a scan of the whole table."""
+    with db.connection(db_url) as conn:
+        conn.execute(
+            "CREATE TABLE reviews (id integer PRIMARY KEY, rating integer, cat integer, "
+            '"Stars" integer, body text)'
+        )
+        models.add(conn, models.AddRequest("minilm", "reviews", "body", index=False))
+        conn.execute("ALTER TABLE reviews DISABLE TRIGGER USER")  # no vectors to queue
+        conn.execute(
+            "INSERT INTO reviews SELECT i, i % 10 + 1, i % 1000, i % 5, 'review ' || i "
+            "FROM generate_series(1, 25000) i"
+        )
+        conn.execute("CREATE INDEX ON reviews (cat)")
+        conn.execute("CREATE INDEX ON reviews (cat, rating)")  # not led by rating: no help
+        conn.execute("ANALYZE reviews")
+        assert index_note(conn, "minilm", {"rating": {"$gte": 8}}) == INDEX_NOTE
+        assert index_note(conn, "minilm", {"cat": 7, "rating": 3}) == INDEX_NOTE
+        assert index_note(conn, "minilm", {"cat": {"$lt": 10}}) is None  # indexed
+        assert index_note(conn, "minilm", {"id": {"$in": [1, 2]}}) is None  # its primary key
+        # Identifiers quoted; several columns, one line.
+        assert index_note(conn, "minilm", {"rating": 3, "Stars": 4}) == (
+            'no index on public.reviews (rating), ("Stars"), which the filter reads: '
+            'CREATE INDEX ON public.reviews (rating); CREATE INDEX ON public.reviews ("Stars") '
+            "make selective filters fast"
+        )
+        # No filter, or one the search refuses anyway (its own error says why).
+        assert index_note(conn, "minilm", {}) is None
+        assert index_note(conn, "minilm", {"nope": 1}) is None
+        # The cutoff is pgembed.exact_rows: above the table's size, or 0 (never read exactly).
+        for cutoff in ("30000", "0"):
+            conn.execute("SELECT set_config('pgembed.exact_rows', %s, false)", (cutoff,))
+            assert index_note(conn, "minilm", {"rating": 3}) is None
+        conn.execute("RESET pgembed.exact_rows")
+        conn.execute("CREATE INDEX ON reviews (rating)")
+        assert index_note(conn, "minilm", {"rating": {"$gte": 8}}) is None
+
+
+def test_pgembed_query_says_when_a_filtered_column_has_no_index(
+    real_url: str, real: psycopg.Connection
+) -> None:
+    """The 2,500 rows are below the default cutoff: no note. With pgembed.exact_rows = 1,000 (set
+    for the connection, as a user may) they are past it: `rating` has no index, `cat` has one."""
+    assert index_note(real, "minilm", {"rating": {"$gte": 8}}) is None
+    args = ["query", "--model", "minilm", "--similar-to", "1", "-k", "3"]
+    result = cli("--database-url", real_url, *args, "--filter", '{"rating": {"$gte": 8}}')
+    assert result.exit_code == 0 and "note:" not in result.stderr, result.output
+    big = real_url + "&options=-c%20pgembed.exact_rows%3D1000"
+    result = cli("--database-url", big, *args, "--filter", '{"rating": {"$gte": 8}}')
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == [f"pgembed: note: {INDEX_NOTE}"]
+    assert len(result.stdout.splitlines()) == 3  # the hits all the same
+    result = cli("--database-url", big, *args, "--filter", '{"cat": {"$lt": 10}}')
+    assert result.exit_code == 0 and result.stderr == "", result.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import uuid
 from collections.abc import Iterator
@@ -455,3 +456,50 @@ def test_role_without_select_on_the_table_gets_nothing(
             conn.execute("SELECT * FROM pgembed.search('minilm', %s)", (q,))
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("SELECT * FROM pgembed.similar('minilm', '1')")
+
+
+# --- "did you mean": the SQL helpers' unknown model, as the Python side words it ------------------
+
+WORDS = ["minlm", "MiniLM", "demo_men", "demo", "ghost", "note", "notes_v2", "", "x", "mini_lm"]
+NAMES = ["demo_cls", "demo_mean", "minilm", "notes", "notes_v1", "minilm_v2", "abc"]
+
+
+def test_close_names_follow_pythons_difflib(conn: psycopg.Connection) -> None:
+    """pgembed._close_names_v1 (no extension: plain PL/pgSQL) picks what registry.unknown does,
+    difflib.get_close_matches(name.lower(), names, n=3, cutoff=0.6), in the same order."""
+    rng = np.random.default_rng(5)
+    letters = list("abcdeilmnost_")
+    randoms = ["".join(rng.choice(letters, size=rng.integers(1, 12))) for _ in range(200)]
+    cases = [(w, NAMES) for w in WORDS] + [(w, randoms[100:]) for w in randoms[:100]]
+    for word, names in cases:
+        found = conn.execute("SELECT pgembed._close_names_v1(%s, %s)", (word, names)).fetchone()
+        expected = difflib.get_close_matches(word.lower(), names, n=3, cutoff=0.6)
+        assert found == (expected,), word
+    for a, b in zip(randoms[::2], randoms[1::2], strict=True):
+        (ratio,) = conn.execute("SELECT pgembed._likeness_v1(%s, %s)", (a, b)).fetchone() or (0,)
+        assert ratio == pytest.approx(difflib.SequenceMatcher(None, a, b).ratio()), (a, b)
+
+
+def test_an_unknown_model_in_sql_says_which_name_was_meant(shop: psycopg.Connection) -> None:
+    q = random_query()
+    cases = [
+        ("SELECT * FROM pgembed.search('minlm', %s)", (q,), '"minlm": did you mean "minilm"?'),
+        ("SELECT * FROM pgembed.search('MiniLM', %s, 5, '{\"rating\": 1}')", (q,), '"MiniLM": '
+         'did you mean "minilm"?'),
+        ("SELECT * FROM pgembed.similar('minilmm', '1')", (), '"minilmm": did you mean "minilm"?'),
+        ("SELECT * FROM pgembed.hybrid_search('mini', %s, 'x')", (q,), '"mini": did you mean '
+         '"minilm"?'),
+    ]  # fmt: skip
+    for statement, params, meant in cases:
+        with pytest.raises(psycopg.errors.UndefinedObject) as caught:
+            shop.execute(statement, params)
+        assert caught.value.diag.message_primary == (
+            f"unknown model {meant} (see `pgembed model list`)"
+        )
+    # Nothing close: no guess.
+    for name in ("ghost", "x" * 10_000):
+        with pytest.raises(psycopg.errors.UndefinedObject) as caught:
+            shop.execute("SELECT * FROM pgembed.search(%s, %s)", (name, q))
+        assert caught.value.diag.message_primary == (
+            f'unknown model "{name}": see `pgembed model list`'
+        )

@@ -28,15 +28,91 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     WHERE e.extname = 'vector'
 $fn$;
 
--- The catalog row of a model, or a clear error.
+-- How alike two strings are, as Python's difflib.SequenceMatcher(None, a, b).ratio() says (the
+-- rule of the Python side's "did you mean", registry.unknown): twice the characters of the
+-- matching blocks over both lengths. The blocks are difflib's: the longest common substring (the
+-- earliest in a, then in b), then the same on each side of it. (difflib's "popular character"
+-- heuristic starts at 200 characters: model names are at most 48.) No fuzzystrmatch needed.
+CREATE OR REPLACE FUNCTION pgembed._likeness_v1(a text, b text) RETURNS double precision
+LANGUAGE plpgsql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    todo integer[] := ARRAY[1, length(a) + 1, 1, length(b) + 1];  -- [alo, ahi), [blo, bhi) ...
+    alo integer; ahi integer; blo integer; bhi integer;
+    best_i integer; best_j integer; best_k integer;
+    prev integer[];
+    cur integer[];
+    k integer;
+    matched integer := 0;
+BEGIN
+    IF length(a) + length(b) = 0 THEN
+        RETURN 1;
+    END IF;
+    WHILE cardinality(todo) > 0 LOOP
+        alo := todo[1]; ahi := todo[2]; blo := todo[3]; bhi := todo[4];
+        todo := todo[5:];
+        -- The longest a[i, i+k) = b[j, j+k) in the ranges: k(i, j) = k(i-1, j-1) + 1 on a match.
+        best_i := alo; best_j := blo; best_k := 0;
+        prev := '{}';
+        FOR i IN alo .. ahi - 1 LOOP
+            cur := '{}';
+            FOR j IN blo .. bhi - 1 LOOP
+                IF substr(a, i, 1) COLLATE "C" = substr(b, j, 1) COLLATE "C" THEN
+                    k := coalesce(prev[j - 1], 0) + 1;
+                    cur[j] := k;
+                    IF k > best_k THEN
+                        best_i := i - k + 1; best_j := j - k + 1; best_k := k;
+                    END IF;
+                END IF;
+            END LOOP;
+            prev := cur;
+        END LOOP;
+        CONTINUE WHEN best_k = 0;
+        matched := matched + best_k;
+        IF alo < best_i AND blo < best_j THEN
+            todo := todo || ARRAY[alo, best_i, blo, best_j];
+        END IF;
+        IF best_i + best_k < ahi AND best_j + best_k < bhi THEN
+            todo := todo || ARRAY[best_i + best_k, ahi, best_j + best_k, bhi];
+        END IF;
+    END LOOP;
+    RETURN 2.0 * matched / (length(a) + length(b));
+END
+$fn$;
+
+-- The names a mistyped `name` may mean, by the Python side's rule (difflib.get_close_matches of
+-- the name in lower case, n=3, cutoff=0.6): at most 3 of `names` at least 0.6 alike, most alike
+-- first (ties: the greater name first, as Python's nlargest orders them). A name longer than any
+-- model's gets none (and costs nothing: the comparison grows with the product of the lengths).
+CREATE OR REPLACE FUNCTION pgembed._close_names_v1(word text, names text[]) RETURNS text[]
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT coalesce((array_agg(c.candidate ORDER BY c.likeness DESC,
+                                                    c.candidate COLLATE "C" DESC))[1:3], '{}')
+    FROM (SELECT n.candidate, pgembed._likeness_v1(n.candidate, lower(word)) AS likeness
+          FROM unnest(names) AS n(candidate)
+          WHERE length(word) <= 100) c
+    WHERE c.likeness >= 0.6
+$fn$;
+
+-- The catalog row of a model, or a clear error (with "did you mean" the close names of the
+-- user's models, a reindex's shadows left out, as the Python side words it).
 CREATE OR REPLACE FUNCTION pgembed._model_v1(model text) RETURNS pgembed.models
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     m pgembed.models;
+    close text[];
 BEGIN
     SELECT * INTO m FROM pgembed.models WHERE name = model;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'unknown model %: see `pgembed model list`', to_json(model)::text
+        close := pgembed._close_names_v1(
+            model, ARRAY(SELECT x.name FROM pgembed.models x WHERE x.shadow_of IS NULL));
+        IF cardinality(close) = 0 THEN
+            RAISE EXCEPTION 'unknown model %: see `pgembed model list`', to_json(model)::text
+                USING ERRCODE = 'undefined_object';
+        END IF;
+        RAISE EXCEPTION 'unknown model %: did you mean %? (see `pgembed model list`)',
+            to_json(model)::text,
+            (SELECT string_agg(to_json(c)::text, ' or ' ORDER BY n) FROM unnest(close)
+                    WITH ORDINALITY AS u(c, n))
             USING ERRCODE = 'undefined_object';
     END IF;
     RETURN m;
@@ -192,6 +268,47 @@ BEGIN
         END IF;
     END LOOP;
     RETURN NULL;
+END
+$fn$;
+
+-- The filtered columns that no index leads with, on a table big enough for it to matter (else
+-- NULL): one line that names them and the CREATE INDEX that helps, for a front end to show. A
+-- filter that matches fewer than pgembed.exact_rows rows (default 20,000) is read exactly
+-- (_path_v1): by a B-tree index on the filtered column when there is one, its cost growing with
+-- the rows matched, else by scanning the whole table, its cost growing with the table. Below that
+-- many rows (pg_class.reltuples; a table never counted gets no note), or with
+-- pgembed.exact_rows = 0 (never read exactly), the scan is cheap enough or never made.
+-- Any valid index whose first column is the column counts (a later column of a composite
+-- index, or an expression index, cannot serve a filter on the column alone).
+CREATE OR REPLACE FUNCTION pgembed.filter_index_note(model text, filter jsonb) RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    m pgembed.models := pgembed._model_v1(model);
+    rel regclass := to_regclass(format('%I.%I', m.table_schema, m.table_name));
+    cutoff double precision :=
+        coalesce(nullif(current_setting('pgembed.exact_rows', true), '')::float8, 20000);
+    bare text[];
+    tbl text := format('%I.%I', m.table_schema, m.table_name);
+BEGIN
+    IF jsonb_typeof(filter) IS DISTINCT FROM 'object' OR rel IS NULL OR cutoff <= 0
+       OR (SELECT c.reltuples FROM pg_class c WHERE c.oid = rel) < cutoff THEN
+        RETURN NULL;
+    END IF;
+    SELECT array_agg(f.col ORDER BY a.attnum) INTO bare  -- in the table's order
+    FROM jsonb_object_keys(filter) AS f(col)
+    JOIN pg_attribute a ON a.attrelid = rel AND a.attname = f.col AND a.attnum > 0
+                       AND NOT a.attisdropped
+    WHERE NOT EXISTS (SELECT FROM pg_index i
+                      WHERE i.indrelid = rel AND i.indisvalid AND i.indkey[0] = a.attnum);
+    IF bare IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN format('no index on %s %s, which the filter reads: %s %s selective filters fast', tbl,
+                  (SELECT string_agg(format('(%I)', c), ', ' ORDER BY n)
+                   FROM unnest(bare) WITH ORDINALITY AS u(c, n)),
+                  (SELECT string_agg(format('CREATE INDEX ON %s (%I)', tbl, c), '; ' ORDER BY n)
+                   FROM unnest(bare) WITH ORDINALITY AS u(c, n)),
+                  CASE WHEN cardinality(bare) = 1 THEN 'makes' ELSE 'make' END);
 END
 $fn$;
 
@@ -681,6 +798,9 @@ COMMENT ON FUNCTION pgembed.similar(text, text, integer, jsonb) IS
     'The k rows nearest to the row with this key, the row itself excluded.';
 COMMENT ON FUNCTION pgembed.filter_note(text, jsonb) IS
     'Why a filter may match no row, when the statistics can tell (a text value no row has), else NULL.';
+COMMENT ON FUNCTION pgembed.filter_index_note(text, jsonb) IS
+    'The filtered columns no index leads with, when the table is big enough for it to matter, '
+    'with the CREATE INDEX that helps, else NULL.';
 COMMENT ON FUNCTION pgembed.hybrid_search(text, vector, text, integer, jsonb) IS
     'Reciprocal-rank fusion of the vector ranking and a full-text ranking of the embedded text.';
 
