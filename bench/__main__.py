@@ -7,6 +7,7 @@ python -m bench [--rows 2000] [--repeats 3] [--corpus FILE] [--database-url URL]
                 [--chunk-rows 2000]  (IMDb reviews of the chunking section)
                 [--scale-sizes 10000,100000,1000000] [--scale-home DIR]  (the scale section)
 python -m bench --only searchscale [--scale-rows 10000,100000,1000000] [--scale-build-only]
+                [--scale-sweep 160,320,400,480,640,1000]
                 [--database-url URL of a server that outlives the run: its tables are kept]
 """
 
@@ -119,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--scale-build-only", action="store_true", help="build the tables, stop")
     parser.add_argument(
+        "--scale-sweep",
+        default="",
+        help="ef_search values to sweep on the largest table, e.g. 160,320,400,480 (searchscale)",
+    )
+    parser.add_argument(
         "--scale-cache", type=Path, default=Path(".bench-cache"), help="embedded reviews (o)"
     )
     args = parser.parse_args(argv)
@@ -141,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.scale_cache,
                 tuple(int(n) for n in args.scale_rows.split(",")),
                 args.scale_build_only,
+                tuple(int(n) for n in args.scale_sweep.split(",") if n),
             )
             print(searchscale.report(scaled), flush=True)
         database = Database(url)
