@@ -38,7 +38,10 @@ class ModelSpec:
     query_prefix: str = ""
     document_prefix: str = ""
     hnsw_m: int = 16
-    hnsw_ef_construction: int = 64
+    # 200, not pgvector's 64: at 1M rows its graph reaches recall@10 0.95 at ef_search ~400 where
+    # the sparser one needs ~1000 (2.5 times the latency); the build costs 2.4 times as long
+    # (BENCHMARKS.md, "Search at scale").
+    hnsw_ef_construction: int = 200
     ef_search: int | None = None
     version: int = 1
     shadow_of: str | None = None  # set on a reindex's shadow: the model it will replace

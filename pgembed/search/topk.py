@@ -98,17 +98,19 @@ def _run(
 def effective_ef_search(conn: psycopg.Connection, spec: ModelSpec, ef_search: int | None) -> int:
     """The ef_search pgembed's search of the model runs with (no filter): `ef_search` (the
     model's), else the server's or session's own hnsw.ef_search, else pgembed's default for the
-    table's size (pgembed._default_ef_v1: pgvector's 40 below some 1,250 rows)."""
+    table's size and how densely its graph was built (pgembed._graph_ef_v1 for an
+    ef_construction below 200, else pgembed._default_ef_v1: pgvector's 40 on a small table)."""
     if ef_search is not None:
         return ef_search
     conn.execute("LOAD 'vector'")  # so that current_setting knows the parameter
     row = conn.execute(
-        "SELECT pg_catalog.current_setting('hnsw.ef_search'), pgembed._default_ef_v1(("
-        "SELECT CASE WHEN c.reltuples OPERATOR(pg_catalog.>=) 0::pg_catalog.float4 "
-        "THEN c.reltuples END FROM pg_catalog.pg_class c "
+        "SELECT pg_catalog.current_setting('hnsw.ef_search'), COALESCE("
+        "pgembed._graph_ef_v1(c.oid, %s), pgembed._default_ef_v1("
+        "CASE WHEN c.reltuples OPERATOR(pg_catalog.>=) 0::pg_catalog.float4 THEN c.reltuples END))"
+        " FROM pg_catalog.pg_class c "
         "WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass("
-        "pg_catalog.format('%%I.%%I', %s::text, %s::text))))",
-        (spec.table_schema, spec.table_name),
+        "pg_catalog.format('%%I.%%I', %s::text, %s::text))",
+        (spec.hnsw_ef_construction, spec.table_schema, spec.table_name),
     ).fetchone()
     if row is None:
         return 40

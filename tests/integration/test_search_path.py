@@ -14,7 +14,9 @@ from psycopg import sql
 
 from helpers import database, database_name, plans
 from pgembed import db
+from pgembed.catalog import registry
 from pgembed.lifecycle import models
+from pgembed.search import topk
 
 LONG_ROWS, TINY_ROWS = 2000, 150
 HNSW = "Index Scan using pgembed_{}_hnsw"
@@ -149,3 +151,49 @@ def test_a_filter_still_leaves_the_choice_to_the_planner(paths: psycopg.Connecti
         ).fetchall()
     assert all(int(key) < 20 for (key,) in keys) and len(keys) == 10
     assert not any(HNSW.format("long") in p for p in found)
+
+
+def one(conn: psycopg.Connection, statement: str, params: tuple[object, ...] = ()) -> object:
+    row = conn.execute(statement, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_the_default_effort_follows_how_densely_the_graph_was_built(
+    paths: psycopg.Connection,
+) -> None:
+    """A graph built with ef_construction 200 (a new model's) gets _default_ef_v1's effort; one
+    built sparser (pgvector's 64, older models') the faster-growing _graph_ef_v1, in the compiled
+    search, the dynamic path's choice and the Python side alike."""
+    growth = paths.execute(
+        "SELECT pgembed._default_ef_v1(1e4), pgembed._default_ef_v1(1e5), "
+        "pgembed._default_ef_v1(1e6), pgembed._default_ef_v1(1e8)"
+    ).fetchone()
+    assert growth == (80, 192, 461, 1000)  # the values docs/search.md gives
+    source = "SELECT prosrc FROM pg_proc WHERE oid = 'pgembed.search'::regproc"
+    spec = registry.get(paths, "long")
+    assert spec.hnsw_ef_construction == 200
+    dense = topk.effective_ef_search(paths, spec, None)
+    assert dense == one(paths, "SELECT pgembed._default_ef_v1(2000)") == 43
+    assert one(paths, "SELECT pgembed._graph_ef_v1('long', 200)") is None
+    assert "_graph_ef_v1" not in str(one(paths, source))
+
+    paths.execute("UPDATE pgembed.models SET hnsw_ef_construction = 64 WHERE name = 'long'")
+    try:
+        sparse = topk.effective_ef_search(paths, registry.get(paths, "long"), None)
+        assert sparse == one(paths, "SELECT pgembed._graph_ef_v1('long', 64)")
+        assert sparse == 40  # 2,000 rows: pgvector's 40, where the denser graph gets 43
+        # The compiler's trigger reran (at the autocommit's commit): the generated search asks.
+        assert "pgembed._graph_ef_v1('public.long', 64)" in str(one(paths, source))
+        paths.execute("SET pgembed.exact_rows = 0")  # a filter's search walks the index
+        model = one(paths, "SELECT m FROM pgembed.models m WHERE m.name = 'long'")
+        effort = one(
+            paths,
+            'SELECT pgembed._path_v1(%s, \'{"id": {"$gte": 0}}\', 10, '
+            "pgembed._settings_v1('long'))",
+            (model,),
+        )
+        assert effort == 40  # matches every row: the sparser graph's default, undivided
+    finally:
+        paths.execute("RESET pgembed.exact_rows")
+        paths.execute("UPDATE pgembed.models SET hnsw_ef_construction = 200 WHERE name = 'long'")

@@ -425,15 +425,29 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 $fn$;
 
 -- The default search effort (hnsw.ef_search) of an index search over `rows` rows, for a model
--- with none recorded (`pgembed tune` records one, often smaller): 80 at 10,000 rows, 3.5 times
--- as much for each tenfold growth (280 at 100,000, 980 at 1,000,000; pgvector's 40 below some
--- 2,800 rows; at most 1000), as an index's recall at a fixed ef_search falls as it grows. Chosen
--- for recall@10 >= 0.95 against exact search at 10k and 1M rows of review vectors
--- (BENCHMARKS.md, "Search at scale"). A table never counted (NULL) gets 80.
+-- with none recorded (`pgembed tune` records one) whose graph was built with ef_construction 200
+-- or more (a new model's default; see _graph_ef_v1 for sparser ones): 80 at 10,000 rows,
+-- 2.4 times as much for each tenfold growth (190 at 100,000, 460 at 1,000,000; pgvector's 40
+-- below some 4,500 rows; at most 1000), as an index's recall at a fixed ef_search falls as it
+-- grows. Chosen for recall@10 >= 0.95 against exact search at 10k, 100k and 1M rows of review
+-- passages (BENCHMARKS.md, "Search at scale"). A table never counted (NULL) gets 80.
 CREATE OR REPLACE FUNCTION pgembed._default_ef_v1(rows double precision) RETURNS integer
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT least(1000, greatest(40, round(80 * power(coalesce(rows, 10000) / 10000.0, log(3.5)))))
+    SELECT least(1000, greatest(40, round(80 * power(coalesce(rows, 10000) / 10000.0, log(2.4)))))
            ::integer
+$fn$;
+
+-- The default ef_search for the table `rel` of a graph built sparser than _default_ef_v1
+-- assumes (ef_construction below 200: pgvector's default 64, which older models were built with): 3.5 times
+-- as much per tenfold from 80 at 10,000 rows (280 at 100,000, 980 at 1,000,000), as its recall
+-- at 1M rows reached 0.95 only near ef_search 1000 (0.96 there; 0.92 at 480, where the denser
+-- graph has 0.96). NULL for a denser graph: _default_ef_v1 applies.
+CREATE OR REPLACE FUNCTION pgembed._graph_ef_v1(rel regclass, ef_construction integer)
+RETURNS integer
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT least(1000, greatest(40, round(80 * power(coalesce(nullif(c.reltuples, -1), 10000)
+                                                      / 10000.0, log(3.5)))))::integer
+    FROM pg_class c WHERE c.oid = rel AND ef_construction < 200
 $fn$;
 
 -- The ef_search of an index search that pgembed chooses itself: the model's recorded one (else
@@ -517,7 +531,9 @@ BEGIN
     IF settings[3] = 'own' THEN
         RETURN settings[1]::integer;
     END IF;
-    RETURN pgembed._effort_v1(total, k, settings[1]::integer,
+    RETURN pgembed._effort_v1(total, k,
+                              coalesce(settings[1]::integer,
+                                       pgembed._graph_ef_v1(rel, m.hnsw_ef_construction)),
                               coalesce(matching / nullif(total, 0), 1));
 END
 $fn$;
@@ -819,7 +835,8 @@ COMMENT ON FUNCTION pgembed.hybrid_search(text, vector, text, integer, jsonb) IS
 --              statement is.
 --   $exact$    the same rows by an exact scan (same placeholders), for a tiny table.
 --   $branch$   one model's WHEN arm.   %1$L model name, %2$s dimensions, %3$s its ef_search
---              (models.ef_search, or NULL), %4$s/%5$s $nearest$ with LIMIT 10/100,
+--              (models.ef_search, else _graph_ef_v1's call for a graph built sparser, else
+--              NULL), %4$s/%5$s $nearest$ with LIMIT 10/100,
 --              %6$s pgvector's vector_dims by its schema, %7$L the table (for _index_effort_v1),
 --              %8$s $exact$.
 --   $body$     the function body.      %s: every model's $branch$, in name order (or a
@@ -931,7 +948,14 @@ BEGIN
         IF ef IS NOT NULL THEN
             done := set_config('hnsw.ef_search', ef, true);
         END IF;$branch$,
-            m.name, m.dimensions, coalesce(m.ef_search::text, 'NULL'),
+            m.name, m.dimensions,
+            -- A sparser graph's default grows faster with the table (_graph_ef_v1).
+            coalesce(m.ef_search::text,
+                     CASE WHEN m.hnsw_ef_construction < 200
+                          THEN format('pgembed._graph_ef_v1(%L, %s)',
+                                      format('%I.%I', m.table_schema, m.table_name),
+                                      m.hnsw_ef_construction) END,
+                     'NULL'),
             replace(nearest, '<limit>', '10'), replace(nearest, '<limit>', '100'), dims,
             format('%I.%I', m.table_schema, m.table_name), exact);
     END LOOP;
@@ -988,12 +1012,13 @@ $fn$;
 REVOKE EXECUTE ON FUNCTION pgembed._recompile_search_v1() FROM PUBLIC;
 
 -- Every change to what the generated queries read (a model added, removed, renamed, switched to
--- a new version, or tuned), deferred to the commit: the rebuild sees the transaction's last state.
+-- a new version, tuned, or its index rebuilt with another ef_construction), deferred to the
+-- commit: the rebuild sees the transaction's last state.
 -- (Constraint triggers have no OR REPLACE: dropped and made again, in the same transaction.)
 DROP TRIGGER IF EXISTS recompile_search ON pgembed.models;
 CREATE CONSTRAINT TRIGGER recompile_search
 AFTER INSERT OR DELETE OR UPDATE OF name, table_schema, table_name, key_column, embedding_column,
-    dimensions, ef_search, long_texts
+    dimensions, ef_search, long_texts, hnsw_ef_construction
 ON pgembed.models DEFERRABLE INITIALLY DEFERRED
 FOR EACH ROW EXECUTE FUNCTION pgembed._recompile_search_v1();
 -- The same for TRUNCATE pgembed.models.

@@ -46,7 +46,7 @@ CREATE TABLE pgembed.models (
     query_prefix         text NOT NULL DEFAULT '',
     document_prefix      text NOT NULL DEFAULT '',
     hnsw_m               integer NOT NULL DEFAULT 16,
-    hnsw_ef_construction integer NOT NULL DEFAULT 64,
+    hnsw_ef_construction integer NOT NULL DEFAULT 200,
     -- hnsw.ef_search for this model's searches (`pgembed tune`); NULL: pgvector's default.
     ef_search            integer,
     -- 'active', or 'adding' and the steps of its setup still to do (lifecycle/setup.py): an
