@@ -105,11 +105,11 @@ def effective_ef_search(conn: psycopg.Connection, spec: ModelSpec, ef_search: in
     conn.execute("LOAD 'vector'")  # so that current_setting knows the parameter
     row = conn.execute(
         "SELECT pg_catalog.current_setting('hnsw.ef_search'), COALESCE("
-        "pgembed._graph_ef_v1(c.oid, %s), pgembed._default_ef_v1("
-        "CASE WHEN c.reltuples OPERATOR(pg_catalog.>=) 0::pg_catalog.float4 THEN c.reltuples END))"
-        " FROM pg_catalog.pg_class c "
-        "WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass("
-        "pg_catalog.format('%%I.%%I', %s::text, %s::text))",
+        "pgembed._graph_ef_v1(t.r, %s), pgembed._default_ef_v1(("
+        "SELECT CASE WHEN c.reltuples OPERATOR(pg_catalog.>=) 0::pg_catalog.float4 "
+        "THEN c.reltuples END FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) t.r)))"
+        " FROM (SELECT pg_catalog.to_regclass("
+        "pg_catalog.format('%%I.%%I', %s::text, %s::text)) AS r) t",
         (spec.hnsw_ef_construction, spec.table_schema, spec.table_name),
     ).fetchone()
     if row is None:

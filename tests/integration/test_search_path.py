@@ -197,3 +197,23 @@ def test_the_default_effort_follows_how_densely_the_graph_was_built(
     finally:
         paths.execute("RESET pgembed.exact_rows")
         paths.execute("UPDATE pgembed.models SET hnsw_ef_construction = 200 WHERE name = 'long'")
+
+
+def test_the_graph_as_built_is_read_from_the_index(paths: psycopg.Connection) -> None:
+    """A chunked model's windows are walked in a graph `reindex --index-only` does not rebuild:
+    its effort follows the sparsest HNSW index as built (its reloption; pgvector's 64 unset)."""
+    paths.execute("CREATE TABLE graphs (id integer PRIMARY KEY, v vector(3))")
+    try:
+        built = "SELECT pgembed._built_ef_construction_v1('graphs')"
+        assert one(paths, built) is None  # no HNSW index
+        paths.execute(
+            "CREATE INDEX graphs_dense ON graphs USING hnsw (v vector_cosine_ops) "
+            "WITH (ef_construction = 200)"
+        )
+        assert one(paths, built) == 200
+        paths.execute("CREATE INDEX graphs_plain ON graphs USING hnsw (v vector_l2_ops)")
+        assert one(paths, built) == 64  # pgvector's default
+        paths.execute("ALTER INDEX graphs_plain SET (ef_construction = 32)")
+        assert one(paths, built) == 32
+    finally:
+        paths.execute("DROP TABLE graphs")

@@ -278,8 +278,8 @@ $fn$;
 -- the rows matched, else by scanning the whole table, its cost growing with the table. Below that
 -- many rows (pg_class.reltuples; a table never counted gets no note), or with
 -- pgembed.exact_rows = 0 (never read exactly), the scan is cheap enough or never made.
--- Any valid index whose first column is the column counts (a later column of a composite
--- index, or an expression index, cannot serve a filter on the column alone).
+-- Any valid index whose first column is the column counts, unless partial (a later column of a
+-- composite index, an expression index or a partial one cannot serve the filter alone).
 CREATE OR REPLACE FUNCTION pgembed.filter_index_note(model text, filter jsonb) RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
@@ -299,7 +299,8 @@ BEGIN
     JOIN pg_attribute a ON a.attrelid = rel AND a.attname = f.col AND a.attnum > 0
                        AND NOT a.attisdropped
     WHERE NOT EXISTS (SELECT FROM pg_index i
-                      WHERE i.indrelid = rel AND i.indisvalid AND i.indkey[0] = a.attnum);
+                      WHERE i.indrelid = rel AND i.indisvalid AND i.indkey[0] = a.attnum
+                        AND i.indpred IS NULL);
     IF bare IS NULL THEN
         RETURN NULL;
     END IF;
@@ -427,8 +428,8 @@ $fn$;
 -- The default search effort (hnsw.ef_search) of an index search over `rows` rows, for a model
 -- with none recorded (`pgembed tune` records one) whose graph was built with ef_construction 200
 -- or more (a new model's default; see _graph_ef_v1 for sparser ones): 80 at 10,000 rows,
--- 2.4 times as much for each tenfold growth (190 at 100,000, 460 at 1,000,000; pgvector's 40
--- below some 4,500 rows; at most 1000), as an index's recall at a fixed ef_search falls as it
+-- 2.4 times as much for each tenfold growth (192 at 100,000, 461 at 1,000,000; pgvector's 40
+-- below some 1,650 rows; at most 1000), as an index's recall at a fixed ef_search falls as it
 -- grows. Chosen for recall@10 >= 0.95 against exact search at 10k, 100k and 1M rows of review
 -- passages (BENCHMARKS.md, "Search at scale"). A table never counted (NULL) gets 80.
 CREATE OR REPLACE FUNCTION pgembed._default_ef_v1(rows double precision) RETURNS integer
@@ -438,8 +439,8 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
 $fn$;
 
 -- The default ef_search for the table `rel` of a graph built sparser than _default_ef_v1
--- assumes (ef_construction below 200: pgvector's default 64, which older models were built with): 3.5 times
--- as much per tenfold from 80 at 10,000 rows (280 at 100,000, 980 at 1,000,000), as its recall
+-- assumes (ef_construction below 200: pgvector's default 64, which older models were built
+-- with): 3.5 times as much per tenfold from 80 at 10,000 rows (280 at 100,000, 980 at 1,000,000), as its recall
 -- at 1M rows reached 0.95 only near ef_search 1000 (0.96 there; 0.92 at 480, where the denser
 -- graph has 0.96). NULL for a denser graph: _default_ef_v1 applies.
 CREATE OR REPLACE FUNCTION pgembed._graph_ef_v1(rel regclass, ef_construction integer)
@@ -448,6 +449,19 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT least(1000, greatest(40, round(80 * power(coalesce(nullif(c.reltuples, -1), 10000)
                                                       / 10000.0, log(3.5)))))::integer
     FROM pg_class c WHERE c.oid = rel AND ef_construction < 200
+$fn$;
+
+-- The ef_construction the sparsest valid HNSW index on `rel` was built with (its reloption,
+-- else pgvector's default 64), as built, whatever the catalog records; NULL without one.
+CREATE OR REPLACE FUNCTION pgembed._built_ef_construction_v1(rel regclass) RETURNS integer
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT min(coalesce((SELECT o.option_value::integer
+                         FROM pg_options_to_table(c.reloptions) o
+                         WHERE o.option_name = 'ef_construction'), 64))
+    FROM pg_index i
+    JOIN pg_class c ON c.oid = i.indexrelid
+    JOIN pg_am a ON a.oid = c.relam
+    WHERE i.indrelid = rel AND i.indisvalid AND a.amname = 'hnsw'
 $fn$;
 
 -- The ef_search of an index search that pgembed chooses itself: the model's recorded one (else
@@ -509,6 +523,9 @@ DECLARE
     cutoff double precision;
     conditions text := '';
     args jsonb;
+    selectivity double precision;
+    efc integer := m.hnsw_ef_construction;
+    walked regclass := rel;
 BEGIN
     SELECT nullif(c.reltuples, -1) INTO total FROM pg_class c WHERE c.oid = rel;
     matching := total;
@@ -531,10 +548,20 @@ BEGIN
     IF settings[3] = 'own' THEN
         RETURN settings[1]::integer;
     END IF;
+    -- A chunked model's windows are walked in the chunk table's own graph: the effort is sized
+    -- by the larger table, and by the sparser graph (`reindex --index-only` rebuilds only the
+    -- rows' index, whose ef_construction the catalog records).
+    selectivity := coalesce(matching / nullif(total, 0), 1);
+    IF chunks IS NOT NULL THEN
+        efc := least(efc, pgembed._built_ef_construction_v1(chunks));
+        IF (SELECT c.reltuples FROM pg_class c WHERE c.oid = chunks) > coalesce(total, -1) THEN
+            walked := chunks;
+            SELECT nullif(c.reltuples, -1) INTO total FROM pg_class c WHERE c.oid = chunks;
+        END IF;
+    END IF;
     RETURN pgembed._effort_v1(total, k,
-                              coalesce(settings[1]::integer,
-                                       pgembed._graph_ef_v1(rel, m.hnsw_ef_construction)),
-                              coalesce(matching / nullif(total, 0), 1));
+                              coalesce(settings[1]::integer, pgembed._graph_ef_v1(walked, efc)),
+                              selectivity);
 END
 $fn$;
 
