@@ -378,12 +378,7 @@ def filter_note(conn: psycopg.Connection, request: SearchRequest) -> str | None:
     row has, with the column's values (pgembed.filter_note); else None."""
     if not request.filter:
         return None
-    return execute(conn, _filter_note_plan(request.model, request.filter))
-
-
-def _filter_note_plan(model: str, filter: Filter) -> Plan[str | None]:
-    rows = yield Fetch("SELECT pgembed.filter_note(%s, %s)", (model, Jsonb(dict(filter))))
-    return rows[0][0] if rows else None
+    return execute(conn, _note_plan("SELECT pgembed.filter_note(%s, %s)", request))
 
 
 def filter_index_note(conn: psycopg.Connection, request: SearchRequest) -> str | None:
@@ -392,11 +387,12 @@ def filter_index_note(conn: psycopg.Connection, request: SearchRequest) -> str |
     (pgembed.filter_index_note); else None."""
     if not request.filter:
         return None
-    return execute(conn, _filter_index_note_plan(request.model, request.filter))
+    return execute(conn, _note_plan("SELECT pgembed.filter_index_note(%s, %s)", request))
 
 
-def _filter_index_note_plan(model: str, filter: Filter) -> Plan[str | None]:
-    rows = yield Fetch("SELECT pgembed.filter_index_note(%s, %s)", (model, Jsonb(dict(filter))))
+def _note_plan(statement: str, request: SearchRequest) -> Plan[str | None]:
+    """One of the SQL notes on a filter (a constant statement of the model and the filter)."""
+    rows = yield Fetch(statement, (request.model, Jsonb(dict(request.filter or {}))))
     return rows[0][0] if rows else None
 
 
