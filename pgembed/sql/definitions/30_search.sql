@@ -440,9 +440,9 @@ $fn$;
 
 -- The default ef_search for the table `rel` of a graph built sparser than _default_ef_v1
 -- assumes (ef_construction below 200: pgvector's default 64, which older models were built
--- with): 3.5 times as much per tenfold from 80 at 10,000 rows (280 at 100,000, 980 at 1,000,000), as its recall
--- at 1M rows reached 0.95 only near ef_search 1000 (0.96 there; 0.92 at 480, where the denser
--- graph has 0.96). NULL for a denser graph: _default_ef_v1 applies.
+-- with): 3.5 times as much per tenfold from 80 at 10,000 rows (280 at 100,000, 980 at
+-- 1,000,000), as its recall at 1M rows reached 0.95 only near ef_search 1000 (0.96 there; 0.92 at
+-- 480, where the denser graph has 0.96). NULL for a denser graph: _default_ef_v1 applies.
 CREATE OR REPLACE FUNCTION pgembed._graph_ef_v1(rel regclass, ef_construction integer)
 RETURNS integer
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
