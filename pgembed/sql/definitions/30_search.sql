@@ -425,6 +425,15 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     FROM pg_class c WHERE c.oid = rel
 $fn$;
 
+-- The rule both defaults follow: 80 at 10,000 rows (or a table never counted, NULL), `growth`
+-- times as much for each tenfold growth, between pgvector's 40 and its maximum 1000.
+CREATE OR REPLACE FUNCTION pgembed._grown_ef_v1(rows double precision, growth double precision)
+RETURNS integer
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT least(1000, greatest(40, round(80 * power(coalesce(rows, 10000) / 10000.0,
+                                                     log(growth)))))::integer
+$fn$;
+
 -- The default search effort (hnsw.ef_search) of an index search over `rows` rows, for a model
 -- with none recorded (`pgembed tune` records one) whose graph was built with ef_construction 200
 -- or more (a new model's default; see _graph_ef_v1 for sparser ones): 80 at 10,000 rows,
@@ -434,8 +443,7 @@ $fn$;
 -- passages (BENCHMARKS.md, "Search at scale"). A table never counted (NULL) gets 80.
 CREATE OR REPLACE FUNCTION pgembed._default_ef_v1(rows double precision) RETURNS integer
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT least(1000, greatest(40, round(80 * power(coalesce(rows, 10000) / 10000.0, log(2.4)))))
-           ::integer
+    SELECT pgembed._grown_ef_v1(rows, 2.4)
 $fn$;
 
 -- The default ef_search for the table `rel` of a graph built sparser than _default_ef_v1
@@ -446,8 +454,7 @@ $fn$;
 CREATE OR REPLACE FUNCTION pgembed._graph_ef_v1(rel regclass, ef_construction integer)
 RETURNS integer
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT least(1000, greatest(40, round(80 * power(coalesce(nullif(c.reltuples, -1), 10000)
-                                                      / 10000.0, log(3.5)))))::integer
+    SELECT pgembed._grown_ef_v1(nullif(c.reltuples, -1), 3.5)
     FROM pg_class c WHERE c.oid = rel AND ef_construction < 200
 $fn$;
 
@@ -518,6 +525,7 @@ LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     rel regclass := format('%I.%I', m.table_schema, m.table_name)::regclass;
     chunks regclass;
+    chunk_rows double precision;  -- the chunk table's reltuples (-1: never counted)
     total double precision;
     matching double precision;
     cutoff double precision;
@@ -531,6 +539,7 @@ BEGIN
     matching := total;
     IF m.long_texts = 'chunk' THEN
         chunks := pgembed._model_chunks_v1(m);
+        SELECT c.reltuples INTO chunk_rows FROM pg_class c WHERE c.oid = chunks;
     END IF;
     IF filter IS NOT NULL AND jsonb_typeof(filter) <> 'null' THEN
         SELECT f.clause, f.args INTO conditions, args FROM pgembed._filter_v1(m, filter, 1) f;
@@ -538,8 +547,7 @@ BEGIN
     IF conditions <> '' THEN  -- a filter ({} is none)
         matching := pgembed._matching_v1(m, conditions, args);
         cutoff := coalesce(nullif(current_setting('pgembed.exact_rows', true), '')::float8, 20000);
-        IF matching * (1 + coalesce((SELECT greatest(c.reltuples, 0) FROM pg_class c
-                                     WHERE c.oid = chunks) / nullif(total, 0), 0)) < cutoff THEN
+        IF matching * (1 + coalesce(greatest(chunk_rows, 0) / nullif(total, 0), 0)) < cutoff THEN
             RETURN 0;
         END IF;
     ELSIF pgembed._exact_v1(rel) AND (chunks IS NULL OR pgembed._exact_v1(chunks)) THEN
@@ -554,9 +562,9 @@ BEGIN
     selectivity := coalesce(matching / nullif(total, 0), 1);
     IF chunks IS NOT NULL THEN
         efc := least(efc, pgembed._built_ef_construction_v1(chunks));
-        IF (SELECT c.reltuples FROM pg_class c WHERE c.oid = chunks) > coalesce(total, -1) THEN
+        IF chunk_rows > coalesce(total, -1) THEN
             walked := chunks;
-            SELECT nullif(c.reltuples, -1) INTO total FROM pg_class c WHERE c.oid = chunks;
+            total := chunk_rows;
         END IF;
     END IF;
     RETURN pgembed._effort_v1(total, k,
