@@ -43,7 +43,7 @@ from psycopg.types.json import Jsonb
 from bench.env import file_corpus, median, percentile
 from pgembed import db, defaults, migrate
 from pgembed.catalog import ddl, naming, registry
-from pgembed.encode import embedder
+from pgembed.encode import embedder, hardware
 from pgembed.lifecycle import models
 
 START, END = "<!-- bench:searchscale:start -->", "<!-- bench:searchscale:end -->"
@@ -99,17 +99,22 @@ def passages(text: str) -> list[str]:
     return out
 
 
-def vectors(corpus: Path, cache: Path) -> tuple[np.ndarray, np.ndarray]:
-    """The real passages' and the queries' vectors (embedded once, then read from the cache)."""
+def vectors(corpus: Path, cache: Path) -> tuple[np.ndarray, np.ndarray, str]:
+    """The real passages' and the queries' vectors, and the precision that embedded them
+    (embedded once, then read from the cache)."""
     path = cache / "searchscale-passages.npz"
     if path.exists():
         saved = np.load(path)
-        return saved["documents"], saved["queries"]
+        # A cache from before the precision was saved was embedded in bf16.
+        precision = str(saved["precision"]) if "precision" in saved.files else "bf16"
+        return saved["documents"], saved["queries"], precision
     reviews = file_corpus(corpus, 10**9)
     held_out, kept = reviews[-QUERIES:], reviews[:-QUERIES]
     texts = [p for review in kept for p in passages(review)]
-    # bf16: what `precision auto` stores on a CPU with native bf16, at twice fp32's speed.
-    encoder = embedder.get(embedder.Settings(model_ref=defaults.MODEL, precision="bf16"))
+    # bf16 where the CPU has it natively (what `precision auto` stores there, at twice fp32's
+    # speed); elsewhere emulated bf16 is slower than fp32, and the vectors agree either way.
+    precision = "bf16" if hardware.cpu_has_native_bf16() else "fp32"
+    encoder = embedder.get(embedder.Settings(model_ref=defaults.MODEL, precision=precision))
     started = time.monotonic()
     blocks = []
     for at in range(0, len(texts), 10_000):
@@ -122,8 +127,8 @@ def vectors(corpus: Path, cache: Path) -> tuple[np.ndarray, np.ndarray]:
     queries = encoder.encode_queries([t[:200] for t in held_out])
     cache.mkdir(parents=True, exist_ok=True)
     documents = np.concatenate(blocks)
-    np.savez(path, documents=documents, queries=queries)
-    return documents, queries
+    np.savez(path, documents=documents, queries=queries, precision=np.array(precision))
+    return documents, queries, precision
 
 
 def rows(n: int, real: np.ndarray, seed: int = 23) -> Iterator[np.ndarray]:
@@ -339,11 +344,12 @@ def run(
     efforts: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     url = database_url(server_url)
-    documents, queries = vectors(corpus, cache)
+    documents, queries, precision = vectors(corpus, cache)
     built = {name(n): build(url, n, documents) for n in sizes}
     if build_only:
         return {"built": {k: vars(v) for k, v in built.items()}}
     result: dict[str, Any] = {
+        "precision": precision,
         "built": {k: vars(v) for k, v in built.items()},
         "measured": {name(n): measure(url, name(n), queries) for n in sizes},
     }
@@ -411,7 +417,8 @@ def document(result: dict[str, Any], machine: str, command: str, seconds: float)
             "Tables `scale_10k`, `scale_100k`, `scale_1m` (id, cat, body, the model's vector): "
             "every IMDb review but the last 50 cut into passages of whole sentences of up to 300 "
             "characters (280,416 passages, median 240 characters) embedded by the default model "
-            "(bf16); the 10k and 100k tables hold the first passages only, real texts; the 1M "
+            f"({result.get('precision', 'bf16')}); the 10k and 100k tables hold the first "
+            "passages only, real texts; the 1M "
             "table all 280,416 and 719,584 rows normalize(a + 0.5 b + noise) of two of them at "
             "random (noise of norm ~0.6). `cat` uniform in 0..999 with a B-tree index: filters "
             '`{"cat": {"$lt": 300}}` (30 %), `{"cat": {"$lt": 10}}` (1 %), `{"cat": 7}` (0.1 %). '
