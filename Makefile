@@ -23,9 +23,13 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/pgembed demo
 
-# Every tier, fast failures first: tests/unit, tests/integration, tests/acceptance (testpaths).
+# Every tier, in TEST_WORKERS processes (pytest-xdist), each with its own embedded server: a test
+# file stays in one process, and the longest tier, tests/acceptance, is handed out first
+# (tests/conftest.py). TEST_WORKERS=0 runs them in this process, fast failures first:
+# tests/unit, tests/integration, tests/acceptance (testpaths).
+TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-fast: setup
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

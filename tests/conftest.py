@@ -23,6 +23,14 @@ from pgembed.catalog import registry
 from pgembed.lifecycle import models
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """In a pytest-xdist worker, the acceptance tier first: its files are the longest, and the
+    longest handed out last would leave the other workers idle at the end. Alone, pytest keeps
+    the order of testpaths, fast failures first."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: not item.nodeid.startswith("tests/acceptance/"))  # stable
+
+
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
     explicit = os.environ.get("PGEMBED_TEST_DATABASE_URL")
