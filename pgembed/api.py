@@ -75,7 +75,7 @@ class AlterOptions(TypedDict, total=False):
     lease_seconds: float
     max_attempts: int
     device: str
-    maintenance_work_mem: str
+    maintenance_work_mem: str | None
     parallel_workers: int
 
 
@@ -201,7 +201,7 @@ def alter_model(
     lease_seconds: float = defaults.LEASE_SECONDS,
     max_attempts: int = defaults.MAX_ATTEMPTS,
     device: str = "auto",
-    maintenance_work_mem: str = defaults.MAINTENANCE_WORK_MEM,
+    maintenance_work_mem: str | None = None,
     parallel_workers: int = defaults.PARALLEL_MAINTENANCE_WORKERS,
     database_url: str | None = None,
 ) -> ModelSpec:
@@ -211,8 +211,8 @@ def alter_model(
     `pgembed sync` fills. A change of `precision` alone changes no vector: no reindex.
 
     The reindex embeds in this thread (`claim_size`, `lease_seconds`, `max_attempts`, `device`
-    as `pgembed sync`'s) and builds the index with `maintenance_work_mem` and
-    `parallel_workers` maintenance workers.
+    as `pgembed sync`'s) and builds the index with `maintenance_work_mem` (None: sized from the
+    table, as `pgembed reindex` does) and `parallel_workers` maintenance workers.
     """
     change = reindex.Change(
         model_ref=model,

@@ -10,7 +10,7 @@ from typing import Any, get_type_hints
 import click
 
 import pgembed
-from pgembed import api
+from pgembed import api, defaults
 from pgembed.cli.model import model_add, model_alter
 
 # CLI parameter name -> the API keyword that does the same (None: no keyword, on purpose).
@@ -80,3 +80,20 @@ def test_a_misspelled_keyword_is_a_type_error_not_ignored() -> None:
         assert "long_text" in str(exc)
     else:
         raise AssertionError("add_model accepted an unknown keyword")
+
+
+def test_alter_model_defaults_are_the_clis() -> None:
+    # A default of its own would build the index differently from Python than from the CLI:
+    # maintenance_work_mem was a fixed 1GB here while the CLI sizes it from the table.
+    cli = model_alter.make_context("alter", ["m"]).params
+    cli["claim_size"] = defaults.REINDEX_CLAIM_SIZE  # the CLI's None, resolved when it runs
+    api_defaults = inspect.signature(api.alter_model).parameters
+    differ = {}
+    for cli_name, cli_default in cli.items():
+        api_name = ALTER_NAMES.get(cli_name, cli_name)
+        if api_name is None or api_name not in api_defaults or cli_name in {"name", "no_wait"}:
+            continue
+        if cli_default != api_defaults[api_name].default:
+            differ[api_name] = (cli_default, api_defaults[api_name].default)
+    assert not differ, f"(CLI, API) defaults differ: {differ}"
+    assert api_defaults["wait"].default is (not cli["no_wait"])
