@@ -17,7 +17,7 @@ from typing import Any, TypedDict
 
 import psycopg
 
-from pgembed import db, defaults, locate, migrate
+from pgembed import checks, db, defaults, locate, migrate
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import hardware
@@ -119,10 +119,12 @@ def add_model(
     returned as it is, so an application may call this at every start; one that differs is a
     UsageError (change it with `pgembed model alter`, or pick another name).
     """
+    checks.flag("backfill", backfill)
+    checks.flag("exist_ok", exist_ok)
     request = lifecycle.AddRequest(
         name=name,
         table=table,
-        column=column if isinstance(column, str) else tuple(column),
+        column=lifecycle.column_argument(column),
         key=key,
         model_ref=model,
         pooling=pooling,
@@ -226,13 +228,10 @@ def alter_model(
         precision=precision,
         long_texts=long_texts,
     )
-    url = locate.resolve_url(database_url)
-    with connection(url) as conn:
-        if precision is not None and change.precision_only():
-            return lifecycle.alter_precision(conn, name, precision)
-        shadow = reindex.begin(conn, name, change)[0]
-    if not wait:
-        return shadow
+    checks.text("name", name)
+    checks.flag("wait", wait)
+    # Every option is checked before the new version is registered: one refused later would
+    # leave a reindex half done.
     options = reindex.Options(
         claim_size=claim_size,
         lease_seconds=lease_seconds,
@@ -240,6 +239,15 @@ def alter_model(
         build=indexbuild.BuildSettings(maintenance_work_mem, parallel_workers),
         device=hardware.resolve_device(device),
     )
+    url = locate.resolve_url(database_url)
+    with connection(url) as conn:
+        if precision is not None and change.precision_only():
+            return lifecycle.alter_precision(conn, name, precision)
+        if wait:
+            indexbuild.check(conn, options.build)
+        shadow = reindex.begin(conn, name, change)[0]
+    if not wait:
+        return shadow
     return _finished(reindex.Reindex(url, name, options).run(), "reindex", name)
 
 

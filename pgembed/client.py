@@ -160,8 +160,16 @@ def check_database(url: str) -> None:
 
 
 def require_texts(texts: Sequence[str]) -> None:
-    if isinstance(texts, str):
-        raise UsageError("embed() takes a list of texts, not one string")
+    """A list of strings the tokenizer takes (its own errors about anything else are obscure)."""
+    if isinstance(texts, str | bytes):
+        raise UsageError(f"embed() takes a list of texts, not one {type(texts).__name__}")
+    for number, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise UsageError(f"embed() takes strings: text {number} is {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(f"text {number} is not valid Unicode (a lone surrogate)") from None
 
 
 def encode(spec: ModelSpec, texts: Sequence[str], queries: bool) -> Vectors:

@@ -17,8 +17,18 @@ URL_ENV_VARS = ("PGEMBED_DATABASE_URL", "DATABASE_URL")
 
 
 def database_url(explicit: str | None = None) -> str | None:
-    """The URL to use, or None for the embedded server (option, then environment)."""
-    if explicit:
+    """The URL to use, or None for the embedded server (option, then environment).
+
+    An empty URL given explicitly is refused: read from an unset variable of the caller's, it
+    would otherwise pick another database (the environment's, or the embedded server)."""
+    if explicit is not None:
+        if not isinstance(explicit, str):
+            raise ConfigError(f"the database URL must be a string, not {type(explicit).__name__}")
+        if not explicit.strip():
+            raise ConfigError(
+                f"the database URL is empty; {EXPECTED} (or give none: $PGEMBED_DATABASE_URL, "
+                "else the embedded server)"
+            )
         return validate_url(explicit)
     for var in URL_ENV_VARS:
         value = os.environ.get(var)

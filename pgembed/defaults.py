@@ -51,6 +51,12 @@ BACKFILL_CLAIM_SIZE = 1024
 MAINTENANCE_WORK_MEM = "1GB"
 MAINTENANCE_WORK_MEM_CAP_MB = 4096
 PARALLEL_MAINTENANCE_WORKERS = 2
+# What the CLI's options and the Python API accept (pgvector's own limits for m and
+# ef_construction; PostgreSQL's for the maintenance workers).
+HNSW_M_RANGE = (2, 100)
+EF_CONSTRUCTION_RANGE = (4, 1000)
+MAX_PARALLEL_MAINTENANCE_WORKERS = 64
+MAX_CLAIM_SIZE = 10_000
 
 # A reindex switch waits at most this long for the table lock, then tries again.
 SWITCH_LOCK_TIMEOUT = "2s"

@@ -252,6 +252,22 @@ def _lock_holders(conn: psycopg.Connection, schema: str, name: str) -> str:
     return f" (held by pid {', '.join(map(str, pids))})" if pids else ""
 
 
+def refuse_column_views(conn: psycopg.Connection, spec: ModelSpec, action: str) -> None:
+    """A view on the model's column would make `action`, which drops the column, fail at its end
+    (a reindex's switch, after every row was embedded again): say so before anything starts."""
+    found = conn.execute(
+        sqlfiles.get("catalog", "column_views"),
+        {"schema": spec.table_schema, "table": spec.table_name, "column": spec.embedding_column},
+    ).fetchall()
+    if found:
+        views = ", ".join(row[0] for row in found)
+        raise UsageError(
+            f"{action} drops column {spec.embedding_column} of {spec.qualified_table}, which "
+            f"{'views' if len(found) > 1 else 'view'} {views} read: drop or recreate "
+            f"{'them' if len(found) > 1 else 'it'} without that column first"
+        )
+
+
 def lock_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """Take the table's ACCESS EXCLUSIVE lock first, so a timeout leaves nothing half-done."""
     conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(naming.table(spec)))

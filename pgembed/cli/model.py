@@ -21,7 +21,7 @@ from pgembed.cli.reindex import (
     run_reindex,
 )
 from pgembed.encode import precision
-from pgembed.lifecycle import models, reindex
+from pgembed.lifecycle import indexbuild, models, reindex
 
 
 @click.group("model")
@@ -228,11 +228,14 @@ def model_alter(app: App, /, name: str, no_wait: bool, **kw: Any) -> None:
             spec = models.alter_precision(conn, name, kw["precision_"])
             click.echo(f"model {name}: precision {spec.precision}: {spec.precision_note}")
             return
+        options = None if no_wait else run_options(kw)  # its device and memory: before anything
+        if options is not None:
+            indexbuild.check(conn, options.build)
         shadow, queued = reindex.begin(conn, name, change, reporter=SetupLines())
     click.echo(
         f"model {name}: version {shadow.version} ({describe(shadow)}) registered as "
         f"{shadow.name}; {queued} rows queued"
     )
     click.echo(f"precision {shadow.precision}: {shadow.precision_note}")
-    if not no_wait:
-        run_reindex(app, name, run_options(kw))
+    if options is not None:
+        run_reindex(app, name, options)

@@ -29,7 +29,7 @@ def fill_options(command: F) -> F:
         [
             click.option(
                 "--claim-size",
-                type=click.IntRange(1, 10_000),
+                type=click.IntRange(1, defaults.MAX_CLAIM_SIZE),
                 help=f"Keys claimed at once. Default: {defaults.REINDEX_CLAIM_SIZE}.",
             ),
             click.option(
@@ -60,7 +60,7 @@ def fill_options(command: F) -> F:
             ),
             click.option(
                 "--parallel-workers",
-                type=click.IntRange(0, 64),
+                type=click.IntRange(0, defaults.MAX_PARALLEL_MAINTENANCE_WORKERS),
                 default=defaults.PARALLEL_MAINTENANCE_WORKERS,
                 show_default=True,
                 help="max_parallel_maintenance_workers for the index build.",
@@ -73,11 +73,13 @@ def fill_options(command: F) -> F:
 
 def hnsw_options(command: F) -> F:
     command = click.option(
-        "--ef-construction", type=click.IntRange(4, 1000), help="HNSW ef_construction."
+        "--ef-construction",
+        type=click.IntRange(*defaults.EF_CONSTRUCTION_RANGE),
+        help="HNSW ef_construction.",
     )(command)
-    return click.option("--m", "m", type=click.IntRange(2, 100), help="HNSW m (links per node).")(
-        command
-    )
+    return click.option(
+        "--m", "m", type=click.IntRange(*defaults.HNSW_M_RANGE), help="HNSW m (links per node)."
+    )(command)
 
 
 def run_options(kw: dict[str, Any]) -> reindex.Options:
@@ -110,6 +112,7 @@ def reindex_cmd(app: App, /, name: str, index_only: bool, abort: bool, **kw: Any
     if index_only:
         _rebuild_index(app, name, kw)
         return
+    options = run_options(kw)
     with app.connect() as conn:
         if abort:
             shadow = reindex.abort(conn, name)
@@ -124,6 +127,7 @@ def reindex_cmd(app: App, /, name: str, index_only: bool, abort: bool, **kw: Any
                 "a reindex starts (run it without them to finish, or --abort it)"
             )
         if running is None:
+            indexbuild.check(conn, options.build)
             change = reindex.Change(hnsw_m=kw["m"], hnsw_ef_construction=kw["ef_construction"])
             shadow, queued = reindex.begin(
                 conn, name, change if hnsw else None, reporter=SetupLines()
@@ -131,7 +135,7 @@ def reindex_cmd(app: App, /, name: str, index_only: bool, abort: bool, **kw: Any
             click.echo(
                 f"model {name}: version {shadow.version} ({describe(shadow)}); {queued} queued"
             )
-    run_reindex(app, name, run_options(kw))
+    run_reindex(app, name, options)
 
 
 def run_reindex(app: App, name: str, options: reindex.Options) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import psycopg
 
-from pgembed import db, defaults, sqlfiles
+from pgembed import checks, db, defaults, sqlfiles
 from pgembed.catalog import ddl, naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import UsageError
@@ -38,6 +38,30 @@ class BuildSettings:
     maintenance_work_mem: str | None = None
     parallel_workers: int = defaults.PARALLEL_MAINTENANCE_WORKERS
     poll_seconds: float = 0.5  # how often progress is read
+
+    def __post_init__(self) -> None:
+        if self.maintenance_work_mem is not None:
+            checks.text("maintenance_work_mem", self.maintenance_work_mem)
+        checks.integer(
+            "parallel_workers", self.parallel_workers, 0, defaults.MAX_PARALLEL_MAINTENANCE_WORKERS
+        )
+
+
+def check(conn: psycopg.Connection, settings: BuildSettings) -> None:
+    """The server takes this maintenance_work_mem: asked before a reindex registers anything, so
+    a value it refuses is one line now, not a failed build after every row was embedded."""
+    if settings.maintenance_work_mem is None:
+        return
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute(
+                "SELECT pg_catalog.set_config('maintenance_work_mem', %s, true)",
+                (settings.maintenance_work_mem,),
+            )
+    except psycopg.DataError as exc:  # 22023 invalid_parameter_value
+        raise UsageError(
+            f"maintenance_work_mem {settings.maintenance_work_mem!r}: {exc.diag.message_primary}"
+        ) from None
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,12 @@ steps of setup.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 import psycopg
 
-from pgembed import capture, defaults, roles, sqlfiles
+from pgembed import capture, checks, defaults, roles, sqlfiles
 from pgembed.catalog import ddl, naming, registry, tables
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, hardware, precision
@@ -32,6 +33,57 @@ class AddRequest:
     precision: str = "auto"  # auto, fp32, bf16, int8 or an engine: see precision.choose
     long_texts: str = "truncate"  # or "chunk": see registry.LONG_TEXTS
     index: bool = True  # False: the HNSW index comes after the rows (see backfill.py)
+
+    def __post_init__(self) -> None:
+        checks.text("name", self.name)
+        checks.text("table", self.table)
+        column_argument(self.column)
+        if self.key is not None:
+            checks.text("key", self.key)
+        checks.flag("fulltext", self.fulltext)
+        check_settings(
+            {
+                "model": self.model_ref,
+                "pooling": self.pooling,
+                "normalize": self.normalize,
+                "max_seq_length": self.max_seq_length,
+                "query_prefix": self.query_prefix,
+                "document_prefix": self.document_prefix,
+                "precision": self.precision,
+                "long_texts": self.long_texts,
+            },
+            none_means={"pooling", "max_seq_length"},  # the checkpoint's own
+        )
+
+
+def column_argument(column: object) -> str | tuple[str, ...]:
+    """`add_model`'s column: one name, or a list or tuple of names (embedded together)."""
+    if isinstance(column, str):
+        return column
+    if isinstance(column, list | tuple) and column and all(isinstance(c, str) for c in column):
+        return tuple(column)
+    raise UsageError(f"column must be a column name or a list of them, not {checks.shown(column)}")
+
+
+# A model's settings as Python passes them; the CLI's click types check the same.
+_SETTINGS: dict[str, Callable[[str, object], object]] = {
+    "model": checks.text,
+    "pooling": lambda name, value: checks.choice(name, value, registry.POOLINGS),
+    "normalize": checks.flag,
+    "max_seq_length": lambda name, value: checks.integer(name, value, 1),
+    "query_prefix": checks.text,
+    "document_prefix": checks.text,
+    "precision": lambda name, value: checks.choice(name, value, precision.REQUESTS),
+    "long_texts": lambda name, value: checks.choice(name, value, registry.LONG_TEXTS),
+}
+
+
+def check_settings(given: Mapping[str, object], *, none_means: set[str]) -> None:
+    """Each setting of `given` (named as the Python keywords) is of its type and range, before
+    anything is registered; None passes for the settings in `none_means`."""
+    for name, value in given.items():
+        if not (value is None and name in none_means):
+            _SETTINGS[name](name, value)
 
 
 def add(
@@ -193,6 +245,7 @@ def remove(conn: psycopg.Connection, name: str, on_wait: ddl.OnWait | None = Non
     `conn`: a million queue entries are not deleted under the table's lock)."""
     spec = registry.get(conn, name)
     shadow = registry.shadow(conn, name)
+    ddl.refuse_column_views(conn, spec, f"removing model {name!r}")
 
     def drop() -> None:
         # Catalog rows first, then the table: the sync write-back's order (no deadlock).

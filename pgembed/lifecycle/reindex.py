@@ -17,7 +17,7 @@ from typing import TypeVar
 import psycopg
 from psycopg import sql
 
-from pgembed import capture, db, defaults, sqlfiles
+from pgembed import capture, checks, db, defaults, sqlfiles
 from pgembed.catalog import ddl, naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
@@ -49,6 +49,25 @@ class Change:
     precision: str | None = None  # None: the model's requested precision, checked again
     long_texts: str | None = None  # truncate or chunk (registry.LONG_TEXTS)
 
+    def __post_init__(self) -> None:
+        settings = {
+            "model": self.model_ref,
+            "pooling": self.pooling,
+            "normalize": self.normalize,
+            "max_seq_length": self.max_seq_length,
+            "query_prefix": self.query_prefix,
+            "document_prefix": self.document_prefix,
+            "precision": self.precision,
+            "long_texts": self.long_texts,
+        }
+        models.check_settings(settings, none_means=set(settings))  # None keeps
+        if self.hnsw_m is not None:
+            checks.integer("hnsw_m", self.hnsw_m, *defaults.HNSW_M_RANGE)
+        if self.hnsw_ef_construction is not None:
+            checks.integer(
+                "hnsw_ef_construction", self.hnsw_ef_construction, *defaults.EF_CONSTRUCTION_RANGE
+            )
+
     def precision_only(self) -> bool:
         """Only the precision changes: no reindex (see models.alter_precision)."""
         return self.precision is not None and replace(self, precision=None) == Change()
@@ -60,8 +79,6 @@ def _pick(new: T | None, current: T) -> T:
 
 def new_version(spec: ModelSpec, change: Change) -> ModelSpec:
     """The shadow that would embed `spec`'s rows with `change` applied (loads the model)."""
-    if change.max_seq_length is not None and change.max_seq_length < 1:
-        raise UsageError("--max-seq-length must be a positive number of word pieces")
     same_ref = change.model_ref is None or change.model_ref == spec.model_ref
     settings = embedder.Settings(
         model_ref=_pick(change.model_ref, spec.model_ref),
@@ -117,6 +134,7 @@ def begin(
             f"model {name!r} already has a reindex to version {running.version} in progress: "
             f"run `pgembed reindex {name}` to finish it or `pgembed reindex {name} --abort`"
         )
+    ddl.refuse_column_views(conn, spec, f"a reindex of {name!r}")
     wanted = change or Change()
     # The precision is checked again for the new settings: a precision that keeps one
     # checkpoint's neighbours may not keep another's.
@@ -233,6 +251,12 @@ class Options:
     max_attempts: int = defaults.MAX_ATTEMPTS
     build: indexbuild.BuildSettings = field(default_factory=indexbuild.BuildSettings)
     device: str = "cpu"  # a resolved device, cpu or cuda, for this process's worker
+
+    def __post_init__(self) -> None:
+        # A claim of 0 would never finish, a negative one fail every batch: refused up front.
+        checks.integer("claim_size", self.claim_size, 1, defaults.MAX_CLAIM_SIZE)
+        checks.number("lease_seconds", self.lease_seconds, 1)
+        checks.integer("max_attempts", self.max_attempts, 1)
 
 
 class Filling:

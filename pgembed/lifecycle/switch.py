@@ -47,6 +47,8 @@ def _swap_in(conn: psycopg.Connection, name: str) -> ModelSpec:
     )
     table = naming.table(old)
     conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(table))
+    # A view made since the reindex began: refused here in one line, the reindex resumable.
+    ddl.refuse_column_views(conn, old, f"the switch of {name!r} to version {shadow.version}")
     for spec in (old, shadow):
         capture.drop_triggers(conn, spec)
     conn.execute(  # the old index goes with its column

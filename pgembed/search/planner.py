@@ -14,9 +14,12 @@ reindex switch) and does no I/O itself, so one plan serves the sync and the asyn
 
 from __future__ import annotations
 
+import datetime
 import json
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, LiteralString, TypeVar
 
 import psycopg
@@ -24,7 +27,7 @@ from pgvector import Vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from pgembed import defaults
+from pgembed import checks, defaults
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode.embedder import Vectors
@@ -37,6 +40,11 @@ _T = TypeVar("_T")
 
 # The most rows `pgembed query` and `pgembed serve` return (a Python caller may ask for more).
 MAX_K = 1000
+# Python's searches are not held to MAX_K (the ORM helpers search 4 and 16 times deeper), only to
+# what the SQL functions' integer takes; ef_search to pgvector's range.
+K_LIMIT = 2**31 - 1
+EF_SEARCH_RANGE = (1, 1000)
+MAX_KEY_BYTES = 2704  # a B-tree's largest entry: no primary key is longer
 
 # column -> value, or column -> {"$eq"|"$ne"|"$gt"|"$gte"|"$lt"|"$lte"|"$in": value}
 Filter = Mapping[str, Any]
@@ -72,7 +80,7 @@ class RequestError(UsageError):
     """A request that breaks one of SearchRequest's rules. `rule` names it, so a front end can say
     it in its own terms (serve's JSON fields, the CLI's arguments): "source" (not exactly one of
     text, vector, similar_to), "empty" (a text without words), "text" (any other bad text),
-    "hybrid" (hybrid without text), "k", "filter"."""
+    "hybrid" (hybrid without text), "k", "filter", "model", "key", "ef_search"."""
 
     def __init__(self, rule: str, message: str) -> None:
         super().__init__(message)
@@ -103,12 +111,88 @@ class SearchRequest:
             raise RequestError("hybrid", "hybrid search needs text (it ranks the text's words too)")
         if self.text is not None:
             require_text(self.text)
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
-            raise RequestError("k", f"k must be a positive number of rows, not {self.k}")
+        if not isinstance(self.model, str):
+            given = checks.shown(self.model)
+            raise RequestError("model", f"the model name must be a string, not {given}")
+        if self.similar_to is not None:
+            _require_key(self.similar_to)
+        # numpy's integers pass too, stored as int, which the driver sends
+        object.__setattr__(self, "k", _integer("k", self.k, 1, K_LIMIT))
+        if self.ef_search is not None:
+            ef_search = _integer("ef_search", self.ef_search, *EF_SEARCH_RANGE)
+            object.__setattr__(self, "ef_search", ef_search)
         if self.filter is not None and not isinstance(self.filter, Mapping):
             raise RequestError(
                 "filter", "a filter must be a mapping of column -> value or {'$op': value}"
             )
+        if self.filter is not None:
+            filter_json(dict(self.filter))
+
+
+def filter_json(filter: object) -> str:
+    """A filter as the SQL reads it: its values are cast from their text to the column's type, so
+    dates and times go as ISO text, decimals and UUIDs as text. What JSON or the server cannot
+    hold is a RequestError here, not a driver's error at the search."""
+    _require_filter_strings(filter)
+    try:
+        return json.dumps(filter, default=_filter_value, allow_nan=False)
+    except ValueError:
+        raise RequestError("filter", "a filter value is NaN or infinite") from None
+    except TypeError:  # a key of another type than str, int, float, bool or None
+        raise RequestError("filter", "a filter's keys must be column names or operators") from None
+
+
+def _filter_value(value: object) -> str:
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, Decimal | uuid.UUID):
+        return str(value)
+    raise RequestError(
+        "filter",
+        "a filter value must be a string, number, boolean, None, date, time, Decimal, UUID or a "
+        f"list of them, not {type(value).__name__}",
+    )
+
+
+def _require_filter_strings(value: object) -> None:
+    """No NUL and no lone surrogate, which a jsonb cannot hold, in a key or a value."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise RequestError("filter", "a filter value contains a NUL character")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise RequestError("filter", "a filter value is not valid Unicode") from None
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _require_filter_strings(key)
+            _require_filter_strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _require_filter_strings(item)
+
+
+def _jsonb(filter: Mapping[str, Any] | None) -> Jsonb:
+    return Jsonb(dict(filter or {}), dumps=filter_json)
+
+
+def _integer(rule: str, value: object, low: int, high: int) -> int:
+    try:
+        return checks.integer(rule, value, low, high)
+    except UsageError as exc:
+        raise RequestError(rule, str(exc)) from None
+
+
+def _require_key(key: object) -> None:
+    """A row's key travels as text (the SQL casts it to the key column's type)."""
+    try:
+        size = len(str(key).encode("utf-8"))
+    except UnicodeEncodeError:
+        raise RequestError("key", "the row key is not valid Unicode (a lone surrogate)") from None
+    if size > MAX_KEY_BYTES:
+        raise RequestError(
+            "key", f"the row key has {size} bytes; a primary key holds at most {MAX_KEY_BYTES}"
+        )
 
 
 def require_text(text: str) -> None:
@@ -220,7 +304,7 @@ def _hybrid_plan(spec: ModelSpec, request: SearchRequest) -> Plan[list[HybridHit
 
 
 def _common(request: SearchRequest) -> dict[str, Any]:
-    filter = None if request.filter is None else Jsonb(dict(request.filter))
+    filter = None if request.filter is None else _jsonb(request.filter)
     return {"k": request.k, "filter": filter}
 
 
@@ -392,7 +476,7 @@ def filter_index_note(conn: psycopg.Connection, request: SearchRequest) -> str |
 
 def _note_plan(statement: str, request: SearchRequest) -> Plan[str | None]:
     """One of the SQL notes on a filter (a constant statement of the model and the filter)."""
-    rows = yield Fetch(statement, (request.model, Jsonb(dict(request.filter or {}))))
+    rows = yield Fetch(statement, (request.model, _jsonb(request.filter)))
     return rows[0][0] if rows else None
 
 

@@ -81,7 +81,7 @@ def test_errors_are_the_same_pgembed_errors(shop_url: str, empty_db_url: str) ->
                 await client.search("nope", QUERY)
             with pytest.raises(pgembed.UsageError, match='has no column "ratings"'):
                 await client.search("minilm", QUERY, filter={"ratings": 5})
-            with pytest.raises(pgembed.UsageError, match="k must be a positive"):
+            with pytest.raises(pgembed.UsageError, match="k must be an integer from 1"):
                 await client.search("minilm", QUERY, k=0)
             with pytest.raises(pgembed.UsageError, match="the query text is empty"):
                 await client.hybrid_search("minilm", "  ")

@@ -233,7 +233,7 @@ def test_orm_errors(session: Session) -> None:
         orm.nearest(session, Elsewhere, "minilm", "x")
     with pytest.raises(NotFoundError, match="no row with id = 99999"):
         orm.similar_to(session, Review, "minilm", 99999)
-    with pytest.raises(UsageError, match="k must be a positive"):
+    with pytest.raises(UsageError, match="k must be an integer from 1"):
         orm.nearest(session, Review, "minilm", "x", k=0)
 
 
