@@ -14,8 +14,8 @@ from psycopg import sql
 from psycopg.types import TypeInfo
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from pgembed import config, defaults, sqlfiles
-from pgembed.errors import ConfigError, DatabaseError, UsageError
+from pgembed import checks, config, defaults, sqlfiles
+from pgembed.errors import ConfigError, DatabaseError
 
 APPLICATION_NAME = "pgembed"
 
@@ -154,8 +154,7 @@ def async_pool(
 
 
 def check_pool_size(max_size: int) -> None:
-    if max_size < 1:
-        raise UsageError(f"max_connections must be at least 1, not {max_size}")
+    checks.integer("max_connections", max_size, 1)
 
 
 def _pool_options(max_size: int) -> dict[str, Any]:

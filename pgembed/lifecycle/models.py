@@ -111,12 +111,10 @@ def add(
         say.step(f"model {name} was not completely set up: finishing its setup")
         return spec, setup.finish(conn, url, spec, say, build)
     schema, table = naming.parse_table(request.table)
+    if schema == "pgembed":
+        raise UsageError(f"{schema}.{table} is pgembed's own: a model watches a table of yours")
     columns = text_columns(request.column)
     key = naming.identifier("key column", request.key) if request.key is not None else None
-    if request.max_seq_length is not None and request.max_seq_length < 1:
-        raise UsageError("--max-seq-length must be a positive number of word pieces")
-    if request.long_texts not in registry.LONG_TEXTS:
-        raise UsageError(f"--long-texts must be truncate or chunk, not {request.long_texts!r}")
     if registry.exists(conn, name):
         raise UsageError(f"model {name!r} already exists: see `pgembed model list`")
     info = tables.watchable(tables.inspect(conn, schema, table))

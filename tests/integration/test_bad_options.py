@@ -72,6 +72,7 @@ def test_alter_model_refuses_a_bad_option_before_it_registers_a_version(
         ({"column": []}, r"column must be a column name or a list of them, not \[\]"),
         ({"table": 5}, "table must be a string, not 5"),
         ({"backfill": 1}, "backfill must be True or False, not 1"),
+        ({"table": "pgembed.models"}, "pgembed.models is pgembed's own: a model watches a table"),
     ],
 )
 def test_add_model_refuses_a_value_of_the_wrong_type(
@@ -186,5 +187,8 @@ def test_bad_names_keys_texts_and_urls_are_pgembed_errors(shop_url: str) -> None
         pgembed.status("")
     with pytest.raises(pgembed.ConfigError, match="the database URL must be a string, not int"):
         pgembed.status(5)  # type: ignore[arg-type]
+    for size in (0, "5"):
+        with pytest.raises(pgembed.UsageError, match="max_connections must be an integer of"):
+            pgembed.Client(shop_url, max_connections=size)  # type: ignore[arg-type]
     with psycopg.connect(shop_url) as conn:  # nothing changed on the way
         assert conn.execute("SELECT count(*) FROM pgembed.models").fetchone() == (2,)
