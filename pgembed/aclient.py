@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, Unpack, cast
 
@@ -106,12 +106,12 @@ class AsyncClient:
         )
         return cast(list[HybridHit], await self._run(planner.plan(request)))
 
-    async def embed(self, model: str, texts: Sequence[str], *, queries: bool = False) -> Vectors:
+    async def embed(self, model: str, texts: Iterable[str], *, queries: bool = False) -> Vectors:
         """Vectors (one row per text) exactly as the model embeds rows, or queries if `queries`;
         encoded in a thread."""
-        require_texts(texts)
+        checked = require_texts(texts)
         spec = await self._run(planner.spec_plan(model))
-        return await asyncio.to_thread(encode, spec, texts, queries)
+        return await asyncio.to_thread(encode, spec, checked, queries)
 
     async def migrate_schema(self) -> list[str]:
         """`pgembed.migrate_schema` on this client's database, in a thread."""

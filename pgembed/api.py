@@ -230,23 +230,23 @@ def alter_model(
     )
     checks.text("name", name)
     checks.flag("wait", wait)
-    # Every option is checked before the new version is registered: one refused later would
-    # leave a reindex half done.
-    options = reindex.Options(
-        claim_size=claim_size,
-        lease_seconds=lease_seconds,
-        max_attempts=max_attempts,
-        build=indexbuild.BuildSettings(maintenance_work_mem, parallel_workers),
-        device=hardware.resolve_device(device),
-    )
+    build = indexbuild.BuildSettings(maintenance_work_mem, parallel_workers)
     url = locate.resolve_url(database_url)
     with connection(url) as conn:
         if precision is not None and change.precision_only():
             return lifecycle.alter_precision(conn, name, precision)
-        if wait:
-            indexbuild.check(conn, options.build)
+        options = None
+        if wait:  # the fill's options, checked before the version is registered (not half done)
+            options = reindex.Options(
+                claim_size=claim_size,
+                lease_seconds=lease_seconds,
+                max_attempts=max_attempts,
+                build=build,
+                device=hardware.resolve_device(device),
+            )
+            indexbuild.check(conn, build)
         shadow = reindex.begin(conn, name, change)[0]
-    if not wait:
+    if options is None:
         return shadow
     return _finished(reindex.Reindex(url, name, options).run(), "reindex", name)
 

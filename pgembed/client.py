@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, Unpack, cast
 
@@ -91,10 +91,10 @@ class Client:
         )
         return cast(list[HybridHit], self._run(planner.plan(request)))
 
-    def embed(self, model: str, texts: Sequence[str], *, queries: bool = False) -> Vectors:
+    def embed(self, model: str, texts: Iterable[str], *, queries: bool = False) -> Vectors:
         """Vectors (one row per text) exactly as the model embeds rows, or queries if `queries`."""
-        require_texts(texts)
-        return encode(self._run(planner.spec_plan(model)), texts, queries)
+        checked = require_texts(texts)
+        return encode(self._run(planner.spec_plan(model)), checked, queries)
 
     def migrate_schema(self) -> list[str]:
         """`pgembed.migrate_schema` on this Client's database."""
@@ -159,10 +159,12 @@ def check_database(url: str) -> None:
         migrate.require_current(conn)
 
 
-def require_texts(texts: Sequence[str]) -> None:
-    """A list of strings the tokenizer takes (its own errors about anything else are obscure)."""
+def require_texts(texts: Iterable[str]) -> list[str]:
+    """The texts as a list of strings the tokenizer takes (its own errors about anything else are
+    obscure); any iterable, a generator too, is read once."""
     if isinstance(texts, str | bytes):
         raise UsageError(f"embed() takes a list of texts, not one {type(texts).__name__}")
+    texts = list(texts)
     for number, text in enumerate(texts):
         if not isinstance(text, str):
             raise UsageError(f"embed() takes strings: text {number} is {type(text).__name__}")
@@ -170,10 +172,10 @@ def require_texts(texts: Sequence[str]) -> None:
             text.encode("utf-8")
         except UnicodeEncodeError:
             raise UsageError(f"text {number} is not valid Unicode (a lone surrogate)") from None
+    return texts
 
 
-def encode(spec: ModelSpec, texts: Sequence[str], queries: bool) -> Vectors:
+def encode(spec: ModelSpec, texts: list[str], queries: bool) -> Vectors:
     """Texts embedded with every setting of the model: as its rows, or as queries."""
     encoder = embedder.get(settings_of(spec))
-    texts = list(texts)
     return encoder.encode_queries(texts) if queries else encoder.encode_documents(texts)

@@ -4,6 +4,7 @@ read, and pools. Finding the URL (perhaps starting the embedded server) is `loca
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -123,11 +124,16 @@ def is_local(conn: psycopg.Connection) -> bool:
 
 
 def first_line(exc: BaseException) -> str:
-    """The first non-empty line of an error, without libpq's repeated context."""
+    """The first non-empty line of an error, without libpq's repeated context. The server quotes
+    a value it refuses whole (a 200,000-character key): a long quoted value keeps its start."""
     for line in str(exc).splitlines():
         if line.strip():
-            return line.strip()
+            return _LONG_QUOTE.sub(lambda m: f'"{m[1][:_QUOTED]}…"', line.strip())
     return type(exc).__name__
+
+
+_QUOTED = 60
+_LONG_QUOTE = re.compile(rf'"([^"]{{{_QUOTED + 20},}})"')
 
 
 def describe(exc: psycopg.Error) -> DatabaseError:

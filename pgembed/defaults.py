@@ -51,11 +51,11 @@ BACKFILL_CLAIM_SIZE = 1024
 MAINTENANCE_WORK_MEM = "1GB"
 MAINTENANCE_WORK_MEM_CAP_MB = 4096
 PARALLEL_MAINTENANCE_WORKERS = 2
-# What the CLI's options and the Python API accept (pgvector's own limits for m and
-# ef_construction; PostgreSQL's for the maintenance workers).
+# What the CLI's options and the Python API accept: pgvector's limits for m and ef_construction,
+# PostgreSQL's for max_parallel_maintenance_workers; claims past 10,000 keys only lengthen leases.
 HNSW_M_RANGE = (2, 100)
 EF_CONSTRUCTION_RANGE = (4, 1000)
-MAX_PARALLEL_MAINTENANCE_WORKERS = 64
+MAX_PARALLEL_MAINTENANCE_WORKERS = 1024
 MAX_CLAIM_SIZE = 10_000
 
 # A reindex switch waits at most this long for the table lock, then tries again.

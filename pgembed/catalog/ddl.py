@@ -253,19 +253,27 @@ def _lock_holders(conn: psycopg.Connection, schema: str, name: str) -> str:
 
 
 def refuse_column_views(conn: psycopg.Connection, spec: ModelSpec, action: str) -> None:
-    """A view on the model's column would make `action`, which drops the column, fail at its end
-    (a reindex's switch, after every row was embedded again): say so before anything starts."""
-    found = conn.execute(
-        sqlfiles.get("catalog", "column_views"),
-        {"schema": spec.table_schema, "table": spec.table_name, "column": spec.embedding_column},
-    ).fetchall()
-    if found:
-        views = ", ".join(row[0] for row in found)
-        raise UsageError(
-            f"{action} drops column {spec.embedding_column} of {spec.qualified_table}, which "
-            f"{'views' if len(found) > 1 else 'view'} {views} read: drop or recreate "
-            f"{'them' if len(found) > 1 else 'it'} without that column first"
-        )
+    """A view on the model's column, or on a chunked model's chunk table, would make `action`,
+    which drops them, fail at its end (a reindex's switch, after every row was embedded again):
+    say so before anything starts."""
+    dropped: list[tuple[str, str | None]] = [(spec.table_name, spec.embedding_column)]
+    if spec.long_texts == "chunk":
+        dropped.append((naming.chunk_table_name(spec), None))
+    for relation, column in dropped:
+        found = conn.execute(
+            sqlfiles.get("catalog", "column_views"),
+            {"schema": spec.table_schema, "table": relation, "column": column},
+        ).fetchall()
+        if found:
+            what = f"column {column} of" if column else "table"
+            views = ", ".join(row[0] for row in found)
+            many = len(found) > 1
+            raise UsageError(
+                f"{action} drops {what} {spec.table_schema}.{relation}, which "
+                f"{'views' if many else 'view'} {views} {'read' if many else 'reads'}: drop "
+                f"{'them' if many else 'it'}, or make {'them' if many else 'it'} again without "
+                f"that {'column' if column else 'table'}, first"
+            )
 
 
 def lock_table(conn: psycopg.Connection, spec: ModelSpec) -> None:

@@ -112,7 +112,6 @@ def reindex_cmd(app: App, /, name: str, index_only: bool, abort: bool, **kw: Any
     if index_only:
         _rebuild_index(app, name, kw)
         return
-    options = run_options(kw)
     with app.connect() as conn:
         if abort:
             shadow = reindex.abort(conn, name)
@@ -120,6 +119,8 @@ def reindex_cmd(app: App, /, name: str, index_only: bool, abort: bool, **kw: Any
                 f"model {name}: reindex to version {shadow.version} aborted ({shadow.name} dropped)"
             )
             return
+        options = run_options(kw)  # its device and memory, before a reindex starts or resumes
+        indexbuild.check(conn, options.build)
         running = registry.shadow(conn, name)
         if running is not None and hnsw:
             raise UsageError(
@@ -127,7 +128,6 @@ def reindex_cmd(app: App, /, name: str, index_only: bool, abort: bool, **kw: Any
                 "a reindex starts (run it without them to finish, or --abort it)"
             )
         if running is None:
-            indexbuild.check(conn, options.build)
             change = reindex.Change(hnsw_m=kw["m"], hnsw_ef_construction=kw["ef_construction"])
             shadow, queued = reindex.begin(
                 conn, name, change if hnsw else None, reporter=SetupLines()

@@ -44,7 +44,6 @@ MAX_K = 1000
 # what the SQL functions' integer takes; ef_search to pgvector's range.
 K_LIMIT = 2**31 - 1
 EF_SEARCH_RANGE = (1, 1000)
-MAX_KEY_BYTES = 2704  # a B-tree's largest entry: no primary key is longer
 
 # column -> value, or column -> {"$eq"|"$ne"|"$gt"|"$gte"|"$lt"|"$lte"|"$in": value}
 Filter = Mapping[str, Any]
@@ -143,6 +142,10 @@ def filter_json(filter: object) -> str:
 
 
 def _filter_value(value: object) -> str:
+    if isinstance(value, datetime.datetime) and value.tzinfo is not None:
+        # The helpers run with timezone UTC: a timestamp column compares UTC wall-clock time, as
+        # PostgreSQL compares it with a timestamptz; the offset would be dropped by its cast.
+        return value.astimezone(datetime.UTC).replace(tzinfo=None).isoformat() + "+00:00"
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
     if isinstance(value, Decimal | uuid.UUID):
@@ -186,13 +189,9 @@ def _integer(rule: str, value: object, low: int, high: int) -> int:
 def _require_key(key: object) -> None:
     """A row's key travels as text (the SQL casts it to the key column's type)."""
     try:
-        size = len(str(key).encode("utf-8"))
+        str(key).encode("utf-8")
     except UnicodeEncodeError:
         raise RequestError("key", "the row key is not valid Unicode (a lone surrogate)") from None
-    if size > MAX_KEY_BYTES:
-        raise RequestError(
-            "key", f"the row key has {size} bytes; a primary key holds at most {MAX_KEY_BYTES}"
-        )
 
 
 def require_text(text: str) -> None:

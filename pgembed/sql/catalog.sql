@@ -167,14 +167,15 @@ WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(
     ::pg_catalog.oid;
 
 -- name: column_views
--- Views (and materialized views) that read a column: dropping it, as a reindex's switch and
--- `model remove` do, would fail on them (a `SELECT *` view names every column it saw).
+-- Views (and materialized views) that read a column, or with %(column)s NULL any column of the
+-- relation: dropping it, as a reindex's switch and `model remove` do (the column; a chunked
+-- model's chunk table), would fail on them (a `SELECT *` view names every column it saw).
 SELECT DISTINCT pg_catalog.format('%%I.%%I', vn.nspname, v.relname)
 FROM pg_catalog.pg_depend d
 JOIN pg_catalog.pg_rewrite r ON r.oid OPERATOR(pg_catalog.=) d.objid
 JOIN pg_catalog.pg_class v ON v.oid OPERATOR(pg_catalog.=) r.ev_class
 JOIN pg_catalog.pg_namespace vn ON vn.oid OPERATOR(pg_catalog.=) v.relnamespace
-JOIN pg_catalog.pg_attribute a
+LEFT JOIN pg_catalog.pg_attribute a
   ON a.attrelid OPERATOR(pg_catalog.=) d.refobjid
  AND a.attnum OPERATOR(pg_catalog.=) d.refobjsubid
 WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
@@ -182,6 +183,7 @@ WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regcl
   AND d.refobjid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(
       pg_catalog.format('%%I.%%I', %(schema)s::pg_catalog.text, %(table)s::pg_catalog.text)
   )::pg_catalog.oid
-  AND a.attname OPERATOR(pg_catalog.=) %(column)s::pg_catalog.name
+  AND (%(column)s::pg_catalog.name IS NULL
+       OR a.attname OPERATOR(pg_catalog.=) %(column)s::pg_catalog.name)
   AND v.oid OPERATOR(pg_catalog.<>) d.refobjid
 ORDER BY 1;
