@@ -6,7 +6,7 @@ database refuses later would leave a half-done model or reindex behind.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from numbers import Integral, Real
 from typing import TypeVar
 
@@ -49,6 +49,11 @@ def choice(name: str, value: T, options: Sequence[T]) -> T:
         listed = ", ".join(repr(o) for o in options)
         raise UsageError(f"{name} must be one of {listed}, not {shown(value)}")
     return value
+
+
+def one_of(options: Sequence[str]) -> Callable[[str, object], object]:
+    """`choice` of these options, as a check of a name and a value."""
+    return lambda name, value: choice(name, value, options)
 
 
 def shown(value: object, limit: int = 60) -> str:

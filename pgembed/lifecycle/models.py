@@ -3,7 +3,7 @@ steps of setup.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
 import psycopg
@@ -41,19 +41,7 @@ class AddRequest:
         if self.key is not None:
             checks.text("key", self.key)
         checks.flag("fulltext", self.fulltext)
-        check_settings(
-            {
-                "model": self.model_ref,
-                "pooling": self.pooling,
-                "normalize": self.normalize,
-                "max_seq_length": self.max_seq_length,
-                "query_prefix": self.query_prefix,
-                "document_prefix": self.document_prefix,
-                "precision": self.precision,
-                "long_texts": self.long_texts,
-            },
-            none_means={"pooling", "max_seq_length"},  # the checkpoint's own
-        )
+        check_settings(self, none_allowed={"pooling", "max_seq_length"})  # the checkpoint's own
 
 
 def column_argument(column: object) -> str | tuple[str, ...]:
@@ -65,25 +53,28 @@ def column_argument(column: object) -> str | tuple[str, ...]:
     raise UsageError(f"column must be a column name or a list of them, not {checks.shown(column)}")
 
 
-# A model's settings as Python passes them; the CLI's click types check the same.
-_SETTINGS: dict[str, Callable[[str, object], object]] = {
-    "model": checks.text,
-    "pooling": lambda name, value: checks.choice(name, value, registry.POOLINGS),
-    "normalize": checks.flag,
-    "max_seq_length": lambda name, value: checks.integer(name, value, 1),
-    "query_prefix": checks.text,
-    "document_prefix": checks.text,
-    "precision": lambda name, value: checks.choice(name, value, precision.REQUESTS),
-    "long_texts": lambda name, value: checks.choice(name, value, registry.LONG_TEXTS),
+# A model's settings as Python passes them (the field of AddRequest and reindex.Change -> its
+# keyword's name and check); the CLI's click types check the same.
+_SETTINGS: dict[str, tuple[str, Callable[[str, object], object]]] = {
+    "model_ref": ("model", checks.text),
+    "pooling": ("pooling", checks.one_of(registry.POOLINGS)),
+    "normalize": ("normalize", checks.flag),
+    "max_seq_length": ("max_seq_length", lambda name, value: checks.integer(name, value, 1)),
+    "query_prefix": ("query_prefix", checks.text),
+    "document_prefix": ("document_prefix", checks.text),
+    "precision": ("precision", checks.one_of(precision.REQUESTS)),
+    "long_texts": ("long_texts", checks.one_of(registry.LONG_TEXTS)),
 }
+SETTINGS = frozenset(_SETTINGS)
 
 
-def check_settings(given: Mapping[str, object], *, none_means: set[str]) -> None:
-    """Each setting of `given` (named as the Python keywords) is of its type and range, before
-    anything is registered; None passes for the settings in `none_means`."""
-    for name, value in given.items():
-        if not (value is None and name in none_means):
-            _SETTINGS[name](name, value)
+def check_settings(request: object, *, none_allowed: Collection[str]) -> None:
+    """Each setting of `request` (an AddRequest or a reindex.Change) is of its type and range,
+    before anything is registered; None passes for the fields in `none_allowed`."""
+    for field, (name, check) in _SETTINGS.items():
+        value = getattr(request, field)
+        if not (value is None and field in none_allowed):
+            check(name, value)
 
 
 def add(

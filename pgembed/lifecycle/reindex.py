@@ -50,17 +50,7 @@ class Change:
     long_texts: str | None = None  # truncate or chunk (registry.LONG_TEXTS)
 
     def __post_init__(self) -> None:
-        settings = {
-            "model": self.model_ref,
-            "pooling": self.pooling,
-            "normalize": self.normalize,
-            "max_seq_length": self.max_seq_length,
-            "query_prefix": self.query_prefix,
-            "document_prefix": self.document_prefix,
-            "precision": self.precision,
-            "long_texts": self.long_texts,
-        }
-        models.check_settings(settings, none_means=set(settings))  # None keeps
+        models.check_settings(self, none_allowed=models.SETTINGS)  # None keeps a setting
         if self.hnsw_m is not None:
             checks.integer("hnsw_m", self.hnsw_m, *defaults.HNSW_M_RANGE)
         if self.hnsw_ef_construction is not None:
