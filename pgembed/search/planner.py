@@ -144,8 +144,8 @@ def filter_json(filter: object) -> str:
 def _filter_value(value: object) -> str:
     if isinstance(value, datetime.datetime) and value.tzinfo is not None:
         # The helpers run with timezone UTC: a timestamp column compares UTC wall-clock time, as
-        # PostgreSQL compares it with a timestamptz; the offset would be dropped by its cast.
-        return value.astimezone(datetime.UTC).replace(tzinfo=None).isoformat() + "+00:00"
+        # PostgreSQL compares it with a timestamptz; another offset would be dropped by its cast.
+        return value.astimezone(datetime.UTC).isoformat()
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
     if isinstance(value, Decimal | uuid.UUID):

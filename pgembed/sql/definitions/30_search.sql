@@ -404,11 +404,10 @@ BEGIN
     IF found = 0 THEN
         RAISE EXCEPTION 'model %: table %.% has no row with % = %', m.name,
             quote_ident(m.table_schema), quote_ident(m.table_name), quote_ident(m.key_column),
-            left(to_json(row_key)::text, 80) USING ERRCODE = 'no_data_found';
+            to_json(row_key)::text USING ERRCODE = 'no_data_found';
     ELSIF found_row.v IS NULL THEN
         RAISE EXCEPTION 'model %: row % = % has no vector yet: run `pgembed sync`', m.name,
-            quote_ident(m.key_column), left(to_json(row_key)::text, 80)
-            USING ERRCODE = 'no_data_found';
+            quote_ident(m.key_column), to_json(row_key)::text USING ERRCODE = 'no_data_found';
     END IF;
     RETURN found_row.v;
 END
