@@ -128,12 +128,18 @@ def first_line(exc: BaseException) -> str:
     a value it refuses whole (a 200,000-character key): a long quoted value keeps its start."""
     for line in str(exc).splitlines():
         if line.strip():
-            return _LONG_QUOTE.sub(lambda m: f'"{m[1][:_QUOTED]}…"', line.strip())
+            return _QUOTE.sub(_shorten, line.strip())
     return type(exc).__name__
 
 
+# Every quoted value, paired left to right: a pattern asking for long values only would pair
+# the closing quote of a short one with the opening quote of the next.
+_QUOTE = re.compile(r'"([^"]*)"')
 _QUOTED = 60
-_LONG_QUOTE = re.compile(rf'"([^"]{{{_QUOTED + 20},}})"')
+
+
+def _shorten(value: re.Match[str]) -> str:
+    return value[0] if len(value[1]) < _QUOTED + 20 else f'"{value[1][:_QUOTED]}…"'
 
 
 def describe(exc: psycopg.Error) -> DatabaseError:
