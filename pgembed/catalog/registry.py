@@ -11,7 +11,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgembed import defaults, sqlfiles
-from pgembed.errors import NotFoundError
+from pgembed.errors import NotFoundError, UsageError
 
 POOLINGS = ("mean", "cls", "max")  # the poolings a model may have (CLI choices, encoders)
 # What happens to a text longer than the model's window: only its first window is embedded, or
@@ -176,9 +176,12 @@ def exists(conn: psycopg.Connection, name: str) -> bool:
 def insert(conn: psycopg.Connection, spec: ModelSpec) -> None:
     values = {**spec.as_dict(), "text_columns": list(spec.text_columns)}
     placeholders = ", ".join(f"%({c})s" for c in _COLUMNS)
-    conn.execute(
-        f"INSERT INTO pgembed.models ({', '.join(_COLUMNS)}) VALUES ({placeholders})", values
-    )
+    try:
+        conn.execute(
+            f"INSERT INTO pgembed.models ({', '.join(_COLUMNS)}) VALUES ({placeholders})", values
+        )
+    except psycopg.errors.UniqueViolation:  # a concurrent `model add` of the name came first
+        raise UsageError(f"model {spec.name!r} already exists: see `pgembed model list`") from None
 
 
 def record_version(conn: psycopg.Connection, spec: ModelSpec, name: str, active: bool) -> None:

@@ -62,7 +62,13 @@ def _n(m: dict[str, Any], field: str) -> str:
 
 
 def _index_text(m: dict[str, Any]) -> str:
-    """Nothing while the model's HNSW index is built; else what searches do and how to build it."""
+    """Nothing while the model's HNSW index is built; else what searches do and how to build it.
+    A setup not finished says how to finish it instead: that builds the index too."""
+    if m["setup"]:
+        return (
+            f"  setup not finished ({m['setup']}): unless a `pgembed model add {m['name']}` is "
+            "running, run it again to finish (queue the rows, build the indexes)\n"
+        )
     if m["index"] == "built":
         return ""
     return (

@@ -99,6 +99,13 @@ def add(
     name = naming.model_name(request.name)
     if conn.autocommit and registry.exists(conn, name) and setup.pending(conn, name):
         spec = registry.get(conn, name)
+        unlike = _unlike(request, spec)
+        if unlike:
+            raise UsageError(
+                f"model {name} was not completely set up, with other settings "
+                f"({', '.join(unlike)}): run the same `model add` again to finish it, or "
+                f"`pgembed model remove {name}` first"
+            )
         say.step(f"model {name} was not completely set up: finishing its setup")
         return spec, setup.finish(conn, url, spec, say, build)
     schema, table = naming.parse_table(request.table)
@@ -157,6 +164,29 @@ def add(
     steps = setup.Pending(index=request.index, fulltext=request.fulltext)
     setup.register(conn, spec, steps, version_of=name, on_wait=on_wait or say.waiting)
     return spec, setup.finish(conn, url, spec, say, build)
+
+
+def _unlike(request: AddRequest, spec: ModelSpec) -> list[str]:
+    """The settings of `request` that the interrupted setup of `spec` was not registered with
+    (a setting left to its default, pooling, max_seq_length or precision auto, matches any)."""
+    schema, table = naming.parse_table(request.table)
+    asked: dict[str, tuple[object, object]] = {
+        "table": ((schema, table), (spec.table_schema, spec.table_name)),
+        "column": (text_columns(request.column), spec.text_columns),
+        "key": (request.key or spec.key_column, spec.key_column),
+        "model": (request.model_ref, spec.model_ref),
+        "pooling": (request.pooling or spec.pooling, spec.pooling),
+        "normalize": (request.normalize, spec.normalize),
+        "max-seq-length": (request.max_seq_length or spec.max_seq_length, spec.max_seq_length),
+        "query-prefix": (request.query_prefix, spec.query_prefix),
+        "document-prefix": (request.document_prefix, spec.document_prefix),
+        "precision": (
+            spec.precision_requested if request.precision == "auto" else request.precision,
+            spec.precision_requested,
+        ),
+        "long-texts": (request.long_texts, spec.long_texts),
+    }
+    return [name for name, (given, registered) in asked.items() if given != registered]
 
 
 def _add_in_transaction(

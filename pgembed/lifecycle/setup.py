@@ -230,11 +230,14 @@ def _estimated_rows(conn: psycopg.Connection, spec: ModelSpec) -> int:
 def forget(conn: psycopg.Connection, name: str, batch: int = defaults.ENQUEUE_BATCH) -> None:
     """A removed model's queue, inbox, failures, truncation and batch records, `batch` rows per
     transaction: a million queue entries never hold anything for long. Its catalog row is gone
-    already, so workers no longer claim them."""
+    already, so workers no longer claim them. Each statement deletes only while no model of
+    that name is registered: a `model add` of the name that committed meanwhile keeps its rows
+    (its catalog row commits before any of them)."""
     for bookkeeping in ("queue", "inbox", "failures", "truncated", "batches"):
         statement = sql.SQL(
             "DELETE FROM pgembed.{table} WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid "
-            "FROM pgembed.{table} WHERE model = %(model)s LIMIT %(limit)s))"
+            "FROM pgembed.{table} WHERE model = %(model)s LIMIT %(limit)s)) "
+            "AND NOT EXISTS (SELECT FROM pgembed.models WHERE name = %(model)s)"
         ).format(table=sql.Identifier(bookkeeping))
         while True:
             with conn.transaction():
@@ -245,10 +248,12 @@ def forget(conn: psycopg.Connection, name: str, batch: int = defaults.ENQUEUE_BA
 
 def leftovers(conn: psycopg.Connection, name: str) -> bool:
     """Whether a model of this name, no longer in the catalog, left queue entries behind (a
-    `model remove` interrupted after its catalog step)."""
+    `model remove` interrupted after its catalog step). Asked in one statement with the catalog:
+    the entries of a model registered meanwhile are not leftovers."""
     row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM pgembed.queue WHERE model = %(m)s) "
-        "OR EXISTS (SELECT 1 FROM pgembed.inbox WHERE model = %(m)s)",
+        "SELECT (EXISTS (SELECT 1 FROM pgembed.queue WHERE model = %(m)s) "
+        "OR EXISTS (SELECT 1 FROM pgembed.inbox WHERE model = %(m)s)) "
+        "AND NOT EXISTS (SELECT 1 FROM pgembed.models WHERE name = %(m)s)",
         {"m": name},
     ).fetchone()
     return bool(row and row[0])

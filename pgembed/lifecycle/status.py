@@ -11,7 +11,7 @@ from pgembed import defaults, sqlfiles
 from pgembed.catalog import ddl, naming, registry, tables, trust
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import engines
-from pgembed.lifecycle import counts, reindex
+from pgembed.lifecycle import counts, reindex, setup
 
 
 def broken(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
@@ -36,6 +36,7 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec, exact: bool = False)
     rows = None if problem else counts.rows(conn, spec, waiting, exact)
     chunks, chunks_exact = (None, True) if problem else _chunks(conn, spec, exact)
     index = None if problem else _index(conn, spec)
+    unfinished = setup.pending(conn, spec.name)
     oldest = stats.get("oldest_queued_seconds")
     return {
         "name": spec.name,
@@ -60,6 +61,9 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec, exact: bool = False)
         # The HNSW index: built, invalid (an interrupted build) or missing (`model add --backfill`
         # before its end, or dropped by hand); searches scan the column without one.
         "index": index,
+        # The steps of `model add` not done yet ("adding", "+index", "+fulltext"): one that is
+        # running, or was interrupted (running it again finishes them); None once set up.
+        "setup": unfinished.status if unfinished else None,
         "queued": stats.get("queued", 0),
         "oldest_queued_seconds": round(oldest, 3) if oldest is not None else None,
         "lag_seconds": round(oldest, 3) if oldest is not None else 0.0,

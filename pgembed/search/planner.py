@@ -27,7 +27,7 @@ from pgvector import Vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from pgembed import checks, defaults
+from pgembed import checks, defaults, sqlfiles
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode.embedder import Vectors
@@ -347,7 +347,7 @@ def _before_the_model(spec: ModelSpec, *, fulltext: bool = False) -> Plan[None]:
             f"model {spec.name} has no full-text index: run `pgembed model fulltext {spec.name}`"
         )
     if not has_vectors:
-        raise _no_vectors(spec)
+        yield from _no_vectors(spec)
 
 
 def _require_vectors(spec: ModelSpec) -> Plan[None]:
@@ -357,11 +357,19 @@ def _require_vectors(spec: ModelSpec) -> Plan[None]:
         )
     )
     if not has_vectors:
-        raise _no_vectors(spec)
+        yield from _no_vectors(spec)
 
 
-def _no_vectors(spec: ModelSpec) -> NotFoundError:
-    return NotFoundError(f"model {spec.name!r} has no vectors yet: run `pgembed sync`")
+def _no_vectors(spec: ModelSpec) -> Plan[None]:
+    """Why a model has no vectors: no sync yet, or a `model add` that did not finish (its rows
+    may never have been queued)."""
+    rows = yield Fetch(sqlfiles.get("catalog", "model_setup"), {"name": spec.name})
+    if rows and str(rows[0][0]).startswith("adding"):
+        raise NotFoundError(
+            f"model {spec.name!r} is not completely set up: unless a `pgembed model add "
+            f"{spec.name}` is running, run it again to finish"
+        )
+    raise NotFoundError(f"model {spec.name!r} has no vectors yet: run `pgembed sync`")
 
 
 def _hits(

@@ -4,6 +4,7 @@ precision check, the index build's progress and what it waits for, a memory hint
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -13,12 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import psycopg
+import pytest
 from app_writer import Writer
 from pgvector import Vector
 
 from helpers import run_cli
 from pgembed import db
 from pgembed.catalog import ddl, registry
+from pgembed.errors import UsageError
 from pgembed.lifecycle import indexbuild, models, reindex, setup
 
 ROWS = 30_000
@@ -271,3 +274,56 @@ def test_an_index_over_a_new_empty_column_asks_for_no_memory_or_workers(
     assert conn.execute("SHOW max_parallel_maintenance_workers").fetchone() == (
         str(settings.parallel_workers),
     )
+
+
+def test_a_second_add_of_the_name_leaves_the_firsts_rows(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    """The cleanup of an interrupted removal's leftovers never takes a registered model's queue:
+    a second `model add` of the name, started before the first registered, stops with a clear
+    line instead (it once deleted the first one's queue, so its rows were never embedded)."""
+    make_docs(conn, 300)
+    spec, queued = models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+    assert queued == 300
+    assert not setup.leftovers(conn, "minilm")
+    setup.forget(conn, "minilm")  # what the second add's cleanup would run
+    assert missing_keys(conn, "minilm") == 0
+    with pytest.raises(UsageError, match="model 'minilm' already exists"), conn.transaction():
+        registry.insert(conn, spec)  # the second add's registration, after the first's commit
+
+    models.remove(conn, "minilm")  # now its rows are leftovers, deleted before a new add
+    conn.execute("INSERT INTO pgembed.queue (model, key) VALUES ('minilm', '1')")
+    assert setup.leftovers(conn, "minilm")
+
+
+def test_an_interrupted_add_says_how_to_finish_and_keeps_its_settings(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    make_docs(conn, 50)
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+    # What a Ctrl-C before the rows were queued and the index built leaves.
+    conn.execute("DELETE FROM pgembed.queue WHERE model = 'minilm'")
+    conn.execute('DROP INDEX public."pgembed_minilm_hnsw"')
+    setup.mark(conn, "minilm", setup.Pending(index=True, fulltext=False))
+    url = ("--database-url", db_url)
+
+    shown = run_cli(*url, "status")
+    assert "setup not finished (adding+index): unless a `pgembed model add minilm`" in shown.stdout
+    assert "--index-only" not in shown.stdout  # that would build the index, never queue a row
+    assert json.loads(run_cli(*url, "status", "--json").stdout)[0]["setup"] == "adding+index"
+    searched = run_cli(*url, "query", "a film", "--model", "minilm")
+    assert searched.returncode != 0
+    assert "model 'minilm' is not completely set up: unless a `pgembed model add" in searched.stderr
+
+    add = (*url, "model", "add", "minilm", "--table", "docs", "--column", "body")
+    other = run_cli(*add, "--pooling", "cls", "--query-prefix", "q: ")
+    assert other.returncode != 0
+    assert other.stderr.strip().endswith(
+        "model minilm was not completely set up, with other settings (pooling, query-prefix): "
+        "run the same `model add` again to finish it, or `pgembed model remove minilm` first"
+    )
+    assert setup.pending(conn, "minilm") == setup.Pending(index=True, fulltext=False)
+    finished = run_cli(*add)
+    assert finished.returncode == 0, finished.stderr
+    assert missing_keys(conn, "minilm") == 0
+    assert json.loads(run_cli(*url, "status", "--json").stdout)[0]["setup"] is None
