@@ -67,6 +67,25 @@ def fail(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
+# click >= 8.2's error for a group given no command: its help, exit 2 (none before 8.2).
+_NO_ARGS_IS_HELP: tuple[type[click.UsageError], ...] = tuple(
+    getattr(click.exceptions, name)
+    for name in ("NoArgsIsHelpError",)
+    if hasattr(click.exceptions, name)
+)
+
+
+def usage_fail(exc: click.UsageError) -> NoReturn:
+    """click's usage error as one line, like every other error, with where the help is (click
+    prints usage, a hint and the error on three lines). A group given no command shows its help
+    as click does (click 8.2 and later raise that as a usage error too)."""
+    if isinstance(exc, _NO_ARGS_IS_HELP):
+        raise exc
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    command = exc.ctx.command_path if exc.ctx is not None else "pgembed"
+    fail(f"{message} (see `{command} --help`)", exc.exit_code)
+
+
 def _late_url(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
     if value is not None:
         app = ctx.find_object(App)
@@ -99,10 +118,24 @@ class Group(click.Group):
         _accept_url_option(cmd)
         super().add_command(cmd, name)
 
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:  # an option of the group itself
+            usage_fail(exc)
+
     def invoke(self, ctx: click.Context) -> Any:
         with _signal_handlers_restored():
             try:
                 return super().invoke(ctx)
+            except click.UsageError as exc:  # a command or its options
+                usage_fail(exc)
             except PgembedError as exc:
                 fail(str(exc), exc.exit_code)
             except psycopg.Error as exc:

@@ -86,11 +86,32 @@ def test_errors_against_a_real_database(reviews: psycopg.Connection, db_url: str
     assert reviews.execute("SELECT count(*) FROM reviews").fetchone() == (8,)
 
 
-def test_usage_errors_exit_2() -> None:
-    result = run_cli("query", "--model", "m", "-k", "0", "text")
-    assert result.returncode == 2
-    assert "Traceback" not in result.stderr
-    assert run_cli("model", "add", "x").returncode == 2
+@pytest.mark.parametrize(
+    ("args", "said", "help"),
+    [
+        (
+            ("query", "--model", "m", "-k", "0", "text"),
+            "Invalid value for '-k': 0 is not in the range 1<=x<=1000",
+            "query",
+        ),
+        (("model", "add", "x"), "Missing option '--table'", "model add"),
+        (("query", "text"), "Missing option '--model'", "query"),
+        (("--bogus", "status"), "No such option '--bogus'", ""),
+        (("model", "addd"), "No such command 'addd'. Did you mean 'add'?", "model"),
+        (("sync", "--claim-size", "0"), "Invalid value for '--claim-size': 0 is not in", "sync"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(args: tuple[str, ...], said: str, help: str) -> None:
+    """click's own errors (option values, missing options, unknown commands) too: not its
+    three lines of usage, hint and error; the line says where the help is."""
+    result = run_cli(*args)
+    assert_one_line_error(result, 2, said)
+    assert result.stderr.strip().endswith(f"pgembed {help} --help`)".replace("  ", " "))
+
+
+def test_a_group_without_its_command_shows_its_help() -> None:
+    result = run_cli("model")
+    assert result.returncode == 2 and "pgembed model [OPTIONS] COMMAND" in result.stderr
 
 
 def test_bad_filter_from_the_real_executable(shop_url: str) -> None:
