@@ -35,7 +35,7 @@ def inspect(conn: psycopg.Connection, schema: str, name: str) -> TableInfo:
     row = conn.execute(sqlfiles.get("catalog", "table_oid"), {"schema": schema, "name": name})
     found = row.fetchone()
     if found is None:
-        raise NotFoundError(f"table {schema}.{name} does not exist")
+        raise _not_a_table(conn, schema, name)
     oid = {"oid": found[0]}
     columns: dict[str, str] = dict(
         conn.execute(sqlfiles.get("catalog", "table_columns"), oid).fetchall()
@@ -55,6 +55,32 @@ def inspect(conn: psycopg.Connection, schema: str, name: str) -> TableInfo:
         partitioned=any(partitioned for partitioned, *_ in flags),
         partition_of=next((parent for *_, parent in flags if parent), None),
         untrusted=dict(conn.execute(sqlfiles.get("catalog", "untrusted_columns"), oid).fetchall()),
+    )
+
+
+# pg_class.relkind of the relations a model cannot watch, in words.
+_KINDS = {
+    "v": "a view",
+    "m": "a materialized view",
+    "f": "a foreign table",
+    "S": "a sequence",
+    "i": "an index",
+    "I": "an index",
+    "c": "a composite type",
+    "t": "a TOAST table",
+}
+
+
+def _not_a_table(conn: psycopg.Connection, schema: str, name: str) -> NotFoundError | UsageError:
+    """Why schema.name is not a table pgembed can watch: missing, or another kind of relation
+    (a model's triggers and vector column live on a table)."""
+    row = conn.execute(sqlfiles.get("catalog", "relation_kind"), {"schema": schema, "name": name})
+    found = row.fetchone()
+    if found is None:
+        return NotFoundError(f"table {schema}.{name} does not exist")
+    kind = _KINDS.get(str(found[0]), "not a table")
+    return UsageError(
+        f"{schema}.{name} is {kind}: a model watches a table (name the table it reads)"
     )
 
 
@@ -184,7 +210,7 @@ def problem(conn: psycopg.Connection, schema: str, name: str, columns: list[str]
     The daemon skips such a model and `status` marks it broken; both say this one line."""
     try:
         info = inspect(conn, schema, name)
-    except NotFoundError:
+    except (NotFoundError, UsageError):  # gone, or another relation of that name now
         return f"table {schema}.{name} no longer exists (dropped or renamed)"
     missing = [column for column in columns if column not in info.columns]
     if missing:

@@ -49,6 +49,12 @@ SELECT c.oid FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %(schema)s AND c.relname = %(name)s AND c.relkind IN ('r', 'p');
 
+-- name: relation_kind
+-- What schema.name is when it is no table (a view, a materialized view, ...): its relkind.
+SELECT c.relkind FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s AND c.relname = %(name)s;
+
 -- name: table_columns
 -- Its columns and their types, in order.
 SELECT attname, pg_catalog.format_type(atttypid, atttypmod) FROM pg_catalog.pg_attribute

@@ -165,6 +165,12 @@ def test_missing_table_column_and_unknown_model(reviews: psycopg.Connection) -> 
         add(reviews, column="stars")
     with pytest.raises(NotFoundError, match="unknown model 'ghost'"):
         models.remove(reviews, "ghost")
+    reviews.execute("CREATE VIEW good_reviews AS SELECT * FROM reviews")
+    reviews.execute("CREATE MATERIALIZED VIEW cached_reviews AS SELECT * FROM reviews")
+    with pytest.raises(UsageError, match=r"public\.good_reviews is a view: a model watches a tab"):
+        add(reviews, table="good_reviews")
+    with pytest.raises(UsageError, match=r"public\.cached_reviews is a materialized view"):
+        add(reviews, table="cached_reviews")
 
 
 def test_unloadable_model_ref_changes_nothing(reviews: psycopg.Connection) -> None:
