@@ -215,9 +215,16 @@ def errors() -> Iterator[None]:
         raise translate(exc) from None
 
 
+class Undefined(NotFoundError):
+    """A statement named a table or column that is not there (the helpers' own checks raise
+    other codes): a model's table changed under it."""
+
+
 def translate(exc: psycopg.Error) -> PgembedError:
     state = exc.sqlstate or ""
     message = db.first_line(exc)
+    if state in ("42703", "42P01"):  # undefined_column, undefined_table
+        return Undefined(message)
     # Data exceptions (a bad filter, k, vector or value); psycopg's own DataError (e.g. a NUL in a
     # text parameter) has no SQLSTATE.
     if state.startswith("22") or isinstance(exc, psycopg.DataError):

@@ -33,7 +33,7 @@ from pgembed.catalog.registry import ModelSpec
 from pgembed.encode.embedder import Vectors
 from pgembed.encode.settings import settings_of
 from pgembed.errors import NotFoundError, UsageError
-from pgembed.search.plan import Embed, Fetch, Plan, execute
+from pgembed.search.plan import Embed, Fetch, Plan, Undefined, execute
 from pgembed.search.vectors import warm
 
 _T = TypeVar("_T")
@@ -227,14 +227,21 @@ def plan(request: SearchRequest) -> Plan[list[Hit] | list[HybridHit]]:
 
 
 def plan_for(spec: ModelSpec, request: SearchRequest) -> Plan[list[Hit] | list[HybridHit]]:
-    """The request's search on this spec of its model: the one choice between the plans."""
-    if request.similar_to is not None:
-        return (yield from _similar_plan(spec, request))
-    if request.vector is not None:
-        return (yield from _nearest_plan(spec, request.vector, request))
-    if request.hybrid:
-        return (yield from _hybrid_plan(spec, request))
-    return (yield from _query_plan(spec, request))
+    """The request's search on this spec of its model: the one choice between the plans. A
+    table or column the model reads that is gone (renamed, dropped) is said of the model."""
+    try:
+        if request.similar_to is not None:
+            return (yield from _similar_plan(spec, request))
+        if request.vector is not None:
+            return (yield from _nearest_plan(spec, request.vector, request))
+        if request.hybrid:
+            return (yield from _hybrid_plan(spec, request))
+        return (yield from _query_plan(spec, request))
+    except Undefined as exc:
+        raise NotFoundError(
+            f"model {spec.name!r} cannot read its table: {exc} (renamed or dropped since "
+            "`model add`: `pgembed status` says what to do)"
+        ) from None
 
 
 def embed_plan(model: str, text: str) -> Plan[Vectors]:

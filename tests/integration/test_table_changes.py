@@ -169,3 +169,22 @@ def test_rows_written_while_the_text_column_was_renamed_are_embedded_after_it_is
     assert left == (0, 0)
     with pgembed.Client(db_url) as client:  # row 1's vector is its new text's
         assert client.search("minilm", "Now it squeaks.", k=1)[0].key == 1
+
+
+@pytest.mark.parametrize("breakage", BREAKAGES)
+def test_a_search_of_a_broken_model_names_the_model_and_the_way_out(
+    db_url: str, conn: psycopg.Connection, breakage: str
+) -> None:
+    conn.execute("CREATE TABLE public.reviews (id int PRIMARY KEY, body text)")
+    conn.cursor().executemany("INSERT INTO public.reviews VALUES (%s, %s)", REVIEWS)
+    add(conn, "minilm", "reviews", "body")
+    assert pgembed.sync_once(database_url=db_url).written == len(REVIEWS)
+    conn.execute(BREAKAGES[breakage][0])
+
+    searched = cli("--database-url", db_url, "query", "it broke", "--model", "minilm")
+    assert searched.exit_code == 1
+    [line] = searched.output.strip().splitlines()
+    assert line.startswith("pgembed: error: model 'minilm' cannot read its table: ")
+    assert line.endswith("(renamed or dropped since `model add`: `pgembed status` says what to do)")
+    with pgembed.Client(db_url) as client, pytest.raises(pgembed.NotFoundError, match="cannot"):
+        client.similar("minilm", 1)
