@@ -28,15 +28,22 @@ from pgembed.lifecycle import counts, status
 def status_cmd(app: App, as_json: bool, watch: bool, interval: float, exact: bool) -> None:
     """Per model: rows embedded, backlog, lag, failures, throughput and live workers."""
     with app.connect() as conn:
-        while True:
-            report = status.all_status(conn, exact)
-            text = json.dumps(report, indent=2) if as_json else _status_text(conn, report)
-            if watch:
+        if not watch:
+            terminal.echo(_report(conn, as_json, exact))
+            return
+        try:
+            while True:
+                text = _report(conn, as_json, exact)
                 click.clear()
-            terminal.echo(text)
-            if not watch:
-                return
-            time.sleep(interval)
+                terminal.echo(text)
+                time.sleep(interval)
+        except KeyboardInterrupt:  # Ctrl-C is how a watch ends: not an error
+            return
+
+
+def _report(conn: psycopg.Connection, as_json: bool, exact: bool) -> str:
+    report = status.all_status(conn, exact)
+    return json.dumps(report, indent=2) if as_json else _status_text(conn, report)
 
 
 def _chunks_text(m: dict[str, Any]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -58,6 +59,7 @@ def test_status_watch_refreshes(reviews: psycopg.Connection, db_url: str) -> Non
         text=True,
     )
     time.sleep(3)
-    proc.terminate()
-    out, _ = proc.communicate(timeout=10)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: how a watch ends, not an error
+    out, err = proc.communicate(timeout=10)
     assert out.count("minilm: all-MiniLM-L6-v2") >= 2
+    assert proc.returncode == 0 and err == ""
