@@ -161,14 +161,19 @@ def _jsonl(path: Path, lines: Iterable[str]) -> Iterator[tuple[int, Record]]:
 def _csv(path: Path, lines: Iterable[str]) -> Iterator[tuple[int, Record]]:
     csv.field_size_limit(2**31 - 1)  # long documents exceed the default 128 KiB; see _Budget
     budget = _Budget(path)
-    reader = csv.DictReader(budget.lines(lines))
-    _ = reader.fieldnames  # reads the header: a row's budget starts after it
-    budget.used = 0
-    for record in reader:
+    # strict: a quote never closed (up to the end of the file) or text after a closing quote is
+    # an error, not a field that swallowed the rest of the file
+    reader = csv.DictReader(budget.lines(lines), strict=True)
+    try:
+        _ = reader.fieldnames  # reads the header: a row's budget starts after it
         budget.used = 0
-        if None in record:
-            raise UsageError(f"{path}:{reader.line_num}: more fields than the header has")
-        yield reader.line_num, {k: v if v != "" else None for k, v in record.items()}
+        for record in reader:
+            budget.used = 0
+            if None in record:
+                raise UsageError(f"{path}:{reader.line_num}: more fields than the header has")
+            yield reader.line_num, {k: v if v != "" else None for k, v in record.items()}
+    except csv.Error as exc:
+        raise UsageError(f"{path}:{budget.start}: not CSV: {exc}") from None
 
 
 @dataclass

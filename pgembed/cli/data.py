@@ -82,7 +82,8 @@ def load_cmd(
         result = loader.load(conn, request, advance)
     click.echo(
         f"{'created' if result.created else 'filled'} {result.table}: {result.read} records read, "
-        f"{result.inserted} inserted, {result.skipped} skipped (key already there)"
+        f"{result.inserted} inserted, {result.skipped} skipped "
+        "(key already in the table, or earlier in the file)"
     )
     if result.types:
         click.echo("columns: " + ", ".join(f"{c} {t}" for c, t in result.types.items()))

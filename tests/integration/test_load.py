@@ -117,6 +117,14 @@ def test_bad_input_is_refused_with_one_line_and_loads_nothing(
     hostile.write_text('id,"body""; drop table t; --"\n1,x\n')
     code, out = load(db_url, str(hostile), "--table", "t")
     assert code == 2 and "invalid column name" in out
+    unclosed = tmp_path / "unclosed.csv"  # the last field's quote never closes
+    unclosed.write_text('id,body\n1,"fine"\n2,"never closed\n3,swallowed\n')
+    code, out = load(db_url, str(unclosed), "--table", "t")
+    assert code == 2 and "unclosed.csv:3: not CSV: unexpected end of data" in out
+    stray = tmp_path / "stray.csv"
+    stray.write_text('id,body\n1,"quoted"then more\n')
+    code, out = load(db_url, str(stray), "--table", "t")
+    assert code == 2 and "stray.csv:2: not CSV: ',' expected after '\"'" in out
     nofield = tmp_path / "c2.jsonl"
     nofield.write_text(jsonl(BEIR))
     code, out = load(db_url, str(nofield), "--table", "t", "--text-columns", "abstract")
