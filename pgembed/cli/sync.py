@@ -129,12 +129,13 @@ def sync_cmd(
                 terminal.echo(f"model {name} skipped: {reason}", err=True)
         with app.connect() as conn:
             left = store.backlog(conn, [n for n in names if n not in w.broken])
-        for line in backlog_lines(left):
+        for line in backlog_lines(left, stopped=w.stop_event.is_set()):
             click.echo(line)
 
 
-def backlog_lines(left: store.Backlog) -> list[str]:
-    """What `sync --once` left in the queue, by why: only a retry follows a failure."""
+def backlog_lines(left: store.Backlog, *, stopped: bool = False) -> list[str]:
+    """What `sync --once` left in the queue, by why: only a retry follows a failure. `stopped`:
+    a signal ended it before the queue was empty, so the rows waiting were there before."""
     lines = []
     if left.retrying:
         lines.append(f"{left.retrying} rows wait for a retry after a failure: see `pgembed status`")
@@ -145,7 +146,9 @@ def backlog_lines(left: store.Backlog) -> list[str]:
         )
     if left.leased:
         lines.append(f"{left.leased} rows are being embedded by another running worker")
-    if left.waiting:
+    if left.waiting and stopped:
+        lines.append(f"stopped: {left.waiting} rows still queued: `pgembed sync --once` again")
+    elif left.waiting:
         lines.append(f"{left.waiting} rows came in meanwhile: `pgembed sync --once` again")
     return lines
 
