@@ -198,8 +198,23 @@ def _rebuild_index(app: App, name: str, kw: dict[str, Any]) -> None:
 def _until_done(
     run: Callable[[], ModelSpec | None], stop: Callable[[], None], stopped: str
 ) -> ModelSpec:
-    """Run until done; Ctrl-C or SIGTERM calls `stop`, and a stopped run exits 130 with a line."""
-    with stopping(stop):
+    """Run until done; Ctrl-C or SIGTERM calls `stop`, and a stopped run exits 130 with a line.
+    The batch in hand is finished first (seconds to a minute on a slow CPU), so the first signal
+    says so at once; a second one stops there and then (what it had claimed comes back to the
+    queue when its lease ends, as after a kill)."""
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals > 1:
+            raise KeyboardInterrupt
+        click.echo(
+            "pgembed: stopping after the batch in hand (Ctrl-C again to stop at once)", err=True
+        )
+        stop()
+
+    with stopping(on_signal):
         spec = run()
     if spec is None:
         click.echo(f"pgembed: {stopped}", err=True)

@@ -70,3 +70,44 @@ def test_killed_reindex_resumes_and_status_shows_it(
     assert_vectors(conn, texts, pooling="max")
     (status,) = json.loads(cli("--database-url", db_url, "status", "--json").output)
     assert status["reindex"] is None and status["pooling"] == "max" and status["version"] == 2
+
+
+def test_a_second_ctrl_c_stops_a_backfill_at_once_and_loses_no_row(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    """The first Ctrl-C finishes the 1,024-row claim in hand (long texts: tens of seconds here)
+    and says so at once; the second stops there and then. Every row stays embedded or queued."""
+    texts = {i: f"Row {i}: " + " ".join([TEXTS[i % 40 + 1]] * 12) for i in range(1, 1201)}
+    make_table(conn, texts)
+    args = ["--database-url", db_url, "model", "add", "bf", "--table", "docs", "--column", "body"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgembed", *args, "--precision", "fp32", "--backfill"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        claimed = 0
+        while not claimed and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+            row = conn.execute(
+                "SELECT count(*) FROM pgembed.queue WHERE model = 'bf' AND claimed_by IS NOT NULL"
+            ).fetchone()
+            claimed = row[0] if row else 0
+        assert claimed and proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "stopping after the batch in hand (Ctrl-C again to stop at once)" in err
+    assert err.strip().splitlines()[-1] == "pgembed: error: interrupted"
+    lost = conn.execute(
+        "SELECT count(*) FROM docs d WHERE embedding_bf IS NULL AND NOT EXISTS (SELECT 1 "
+        "FROM pgembed.queue q WHERE q.model = 'bf' AND q.key = d.id::text)"
+    ).fetchone()
+    assert lost == (0,)
