@@ -31,9 +31,16 @@ def rows(conn: psycopg.Connection, spec: ModelSpec, unembedded: int, exact: bool
     which an estimate subtracts from the rows when the column's statistics are stale."""
     table = naming.table(spec)
     if exact or _at_most(conn, table, EXACT_UP_TO):
+        # The rows with a text to embed, as a reindex's progress counts them: a NULL or blank
+        # text is never embedded, so counting it would leave "182/183" forever.
         counted = conn.execute(
-            sql.SQL("SELECT pg_catalog.count(*), pg_catalog.count({}) FROM {}").format(
-                sql.Identifier(spec.embedding_column), table
+            sql.SQL(
+                "SELECT pg_catalog.count(*) FILTER (WHERE pgembed._has_text_v1(({text})"
+                "::pg_catalog.text)), pg_catalog.count({column}) FROM {table}"
+            ).format(
+                text=naming.text_expression(spec),
+                column=sql.Identifier(spec.embedding_column),
+                table=table,
             )
         ).fetchone()
         return Counts(counted[0], counted[1], True) if counted else Counts(0, 0, True)

@@ -36,6 +36,7 @@ def test_each_bad_text_has_one_clear_outcome(conn: psycopg.Connection, db_url: s
     assert truncated == [("1",), ("3",)]
     (status,) = pgembed.status(database_url=db_url)
     assert (status["rows_embedded"], status["truncated"], status["queued"]) == (4, 2, 0)
+    assert status["rows_total"] == 4  # the NULL and blank rows have no text to embed
     # The row of many scripts is found by its own words.
     with pgembed.Client(db_url) as client:
         assert client.search("minilm", "素晴らしい映画", k=1)[0].key == 2
