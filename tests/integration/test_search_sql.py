@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -125,6 +126,27 @@ def test_filter_matching_2_percent_returns_k_rows(items: psycopg.Connection) -> 
     # Plain SQL without iterative scans (pgvector's default) runs the index dry early.
     plain = "SELECT id FROM items WHERE bucket = 'rare' ORDER BY embedding_minilm <=> %s LIMIT 10"
     assert len(rows(items, plain, q)) < 10
+
+
+def test_a_long_in_list_is_one_hash_lookup_per_row(items: psycopg.Connection) -> None:
+    """$in's values are a constant array to the planner (hashed), not compared with each row one
+    by one: 100,000 values over 3,000 rows took 20 s that way."""
+    q = random_query()
+    wanted = [str(n) for n in range(0, 100_000, 2)]  # 50,000 values, the even keys among them
+    statement = "SELECT key FROM pgembed.search('minilm', %s, 10, %s)"
+    started = time.perf_counter()
+    with plans(items) as found:
+        keys = [k for (k,) in rows(items, statement, q, json.dumps({"id": {"$in": wanted}}))]
+    took = time.perf_counter() - started
+    even = rows(
+        items,
+        "SELECT id::text FROM items WHERE id %% 2 = 0 ORDER BY embedding_minilm <=> %s LIMIT 10",
+        q,
+    )
+    assert keys == [k for (k,) in even]
+    filtered = [p for p in found if "ANY ('{0,2,4," in p]
+    assert filtered and not any("SubPlan" in p or "InitPlan" in p for p in filtered)
+    assert took < 10, took
 
 
 def test_ef_search_model_default_and_user_setting(items: psycopg.Connection) -> None:

@@ -128,6 +128,16 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
       AND a.attname = col AND a.attnum > 0 AND NOT a.attisdropped
 $fn$;
 
+-- A JSON array's elements as text. IMMUTABLE, so in a search's one-shot plan (EXECUTE ... USING,
+-- whose parameters are constants to the planner) it is evaluated once, while planning: `$in`'s
+-- `t.col = ANY (<constant array>)` is then a hash lookup per row (and the estimate sees the
+-- values), where `ANY (ARRAY(SELECT ...))` compared each row with every value: 3,000 rows and
+-- 100,000 values took 20 s.
+CREATE OR REPLACE FUNCTION pgembed._texts_v1(val jsonb) RETURNS text[]
+LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT ARRAY(SELECT jsonb_array_elements_text(val))
+$fn$;
+
 -- One filter condition on t.<col>; its value is `$<param> -> <slot>`, a bound parameter.
 CREATE OR REPLACE FUNCTION pgembed._condition_v1(
     col text, typ text, op text, val jsonb, param integer, slot integer
@@ -141,8 +151,7 @@ BEGIN
             RAISE EXCEPTION 'filter on %: $in needs a JSON array, not %', to_json(col)::text,
                 jsonb_typeof(val) USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        RETURN format('t.%I = ANY (ARRAY(SELECT jsonb_array_elements_text($%s -> %s))::%s[])',
-                      col, param, slot, typ);
+        RETURN format('t.%I = ANY (pgembed._texts_v1($%s -> %s)::%s[])', col, param, slot, typ);
     ELSIF op = '$eq' THEN
         RETURN CASE WHEN jsonb_typeof(val) = 'null' THEN format('t.%I IS NULL', col)
                     ELSE format('t.%I = %s', col, value) END;
