@@ -22,7 +22,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from pgembed import db, migrate
 from pgembed.catalog import naming, registry
@@ -242,6 +242,33 @@ class Api:
 
     async def search(self, payload: object) -> dict[str, Any]:
         """POST /search."""
+        try:
+            return await self._search(payload)
+        except Exception as exc:
+            if self._all_busy(exc):
+                pool = self._ready()
+                raise ApiError(
+                    503,
+                    f"the server is busy: all {pool.max_size} of its database connections are "
+                    f"in use (none free within {self.acquire_timeout:g} s): retry shortly",
+                ) from None
+            raise
+
+    def _all_busy(self, exc: BaseException) -> bool:
+        """Whether `exc` is no connection within the timeout (plan.errors' translation of it too)
+        while every one of the pool's connections is in use: the server is busy, the database is
+        not down (its 503 says so)."""
+        seen: BaseException | None = exc
+        while seen is not None and not isinstance(seen, PoolTimeout):
+            seen = seen.__cause__ or seen.__context__
+        pool = self._pool
+        if seen is not None and pool is not None:
+            stats = pool.get_stats()
+            in_use = stats.get("pool_size", 0) - stats.get("pool_available", 0)
+            return in_use >= pool.max_size
+        return False
+
+    async def _search(self, payload: object) -> dict[str, Any]:
         request = parse_search(payload)
         rows = isinstance(payload, dict) and payload.get("row", False)
         self._require_served(request.model)

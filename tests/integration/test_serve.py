@@ -256,6 +256,29 @@ def test_database_down_is_503_and_the_server_recovers(server: SearchServer, shop
     assert status == 200 and len(answer["hits"]) == 3
 
 
+def test_every_connection_in_use_is_503_busy(server: SearchServer, shop_url: str) -> None:
+    """8 searches wait on a lock, holding the pool's 8 connections: a 9th gets no connection
+    within the timeout and hears that the server is busy, not that the database is down."""
+    body = {"text": "battery dies fast", "model": "minilm", "k": 3}
+    with psycopg.connect(shop_url) as locker, ThreadPoolExecutor(8) as pool:
+        locker.execute("LOCK TABLE reviews IN ACCESS EXCLUSIVE MODE")
+        held = [pool.submit(call, f"{server.url}/search", body) for _ in range(serve_api.POOL_SIZE)]
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            waiting = locker.execute(
+                "SELECT count(*) FROM pg_locks WHERE relation = 'reviews'::regclass AND NOT granted"
+            ).fetchone()
+            if waiting and waiting[0] >= serve_api.POOL_SIZE:
+                break
+            time.sleep(0.1)
+        status, answer = call(f"{server.url}/search", body)
+        locker.rollback()  # the lock goes: the 8 are answered
+        first = [future.result() for future in held]
+    assert status == 503, answer
+    assert answer["error"].startswith("the server is busy: all 8 of its database connections")
+    assert [s for s, _ in first] == [200] * serve_api.POOL_SIZE
+
+
 def test_concurrent_requests(
     server: SearchServer, shop: tuple[psycopg.Connection, registry.ModelSpec]
 ) -> None:
