@@ -17,7 +17,9 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Sequence
+from typing import Any
 
 import h11
 import uvicorn
@@ -29,6 +31,8 @@ from pgembed.serve.app import BODY_SECONDS, MAX_IN_FLIGHT, make_app
 log = logging.getLogger("pgembed.serve")
 
 IDLE_SECONDS = 30  # a keep-alive connection with no request for this long is closed
+HEAD_SECONDS = 10.0  # a connection without a whole request head this long after it began: closed
+ACCEPT_LOG_SECONDS = 60.0  # out of file descriptors, accept's failure is logged once this often
 STOP_WAIT_SECONDS = 10  # `stop` waits this long at most for the requests in flight
 BACKLOG = 2048  # connections the kernel holds for accepting
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
@@ -41,11 +45,50 @@ class JsonH11Protocol(H11Protocol):
     socket.create_server's have proto 0, so a reply's headers and body went out in two writes
     the second of which waited for the client's delayed ACK (~40 ms on every request)."""
 
+    _head_timer: asyncio.TimerHandle | None = None
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().connection_made(transport)
+        self._head_timer = self.loop.call_later(HEAD_SECONDS, self._head_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        """A request's head must be whole within HEAD_SECONDS of the connection (or of its first
+        bytes, on a keep-alive connection): uvicorn has no such limit, so a client that sent
+        nothing, or headers a byte at a time, held its connection (and a file descriptor) for
+        ever."""
+        super().data_received(data)
+        if self.conn.their_state is h11.IDLE:  # no whole head yet
+            if self._head_timer is None and not self.transport.is_closing():
+                self._head_timer = self.loop.call_later(HEAD_SECONDS, self._head_timeout)
+        else:
+            self._cancel_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timeout(self) -> None:
+        """No whole request head in time: 408 to a client that sent part of one, and closed."""
+        self._head_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        if self.conn.trailing_data[0]:  # part of a head
+            body = json.dumps(
+                {"error": f"the request's headers did not arrive within {HEAD_SECONDS:g} s"}
+            ).encode()
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+            )
+        self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
         body = json.dumps({"error": msg}).encode()
@@ -136,10 +179,14 @@ class SearchServer:
 
     def _serve(self) -> None:
         try:
-            asyncio.run(self._server.serve(sockets=[self._socket]))
+            asyncio.run(self._serve_async())
         except BaseException as exc:  # reported by start
             self._failed = exc
             log.error("the server stopped: %s", exc, exc_info=True)
+
+    async def _serve_async(self) -> None:
+        asyncio.get_running_loop().set_exception_handler(_AcceptErrors())
+        await self._server.serve(sockets=[self._socket])
 
     def stop(self) -> None:
         """Stop accepting, wait for the requests in flight to be answered (STOP_WAIT_SECONDS at
@@ -151,6 +198,32 @@ class SearchServer:
 
     def server_close(self) -> None:
         self._socket.close()
+
+
+class _AcceptErrors:
+    """The event loop's exception handler: out of file descriptors (or memory), asyncio reports
+    each failed accept, up to the backlog's 2048 per second, with a traceback each (46 MB of log
+    a minute); one line per ACCEPT_LOG_SECONDS says it instead, with the count. Anything else
+    goes to asyncio's own handler."""
+
+    def __init__(self) -> None:
+        self.last = -ACCEPT_LOG_SECONDS
+        self.missed = 0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if not str(context.get("message", "")).startswith("socket.accept() out of system"):
+            loop.default_exception_handler(context)
+            return
+        self.missed += 1
+        now = time.monotonic()
+        if now - self.last >= ACCEPT_LOG_SECONDS:
+            log.error(
+                "cannot accept connections: %s (%d failed accepts; said again at most every %g s)",
+                context.get("exception"),
+                self.missed,
+                ACCEPT_LOG_SECONDS,
+            )
+            self.last, self.missed = now, 0
 
 
 def _is_loopback(host: str) -> bool:

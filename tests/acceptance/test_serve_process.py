@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import queue
+import resource
 import signal
 import socket
 import subprocess
@@ -33,14 +34,23 @@ STOP_TIMEOUT = 60
 
 
 @contextmanager
-def serve(url: str, log: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """`pgembed serve --port 0` and the address it printed; killed on the way out if need be."""
+def serve(
+    url: str, log: Path, *args: str, open_files: int | None = None
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`pgembed serve --port 0` and the address it printed; killed on the way out if need be.
+    `open_files`: its limit of file descriptors (ulimit -n)."""
+
+    def limit() -> None:
+        if open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
     with log.open("w") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "pgembed", "--database-url", url, "serve", "--port", "0", *args],
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,
+            preexec_fn=limit,
         )
         assert proc.stdout is not None
         out = proc.stdout
@@ -87,6 +97,39 @@ def test_serve_answers_and_stops_on_sigterm(shop_url: str, tmp_path: Path) -> No
     assert any("model minilm ready" in line for line in lines)
     assert any("POST /search 200" in line for line in lines)
     assert lines[-1].endswith("stopped") and "Traceback" not in log.read_text()
+
+
+def test_silent_and_slow_connections_are_closed(shop_url: str, tmp_path: Path) -> None:
+    """A connection without a whole request head within HEAD_SECONDS is closed (408 when part of
+    a head came); 300 silent ones with 256 file descriptors neither hang the server for good nor
+    flood its log with accept's failures."""
+    log = tmp_path / "serve.log"
+    with serve(shop_url, log, open_files=256) as (proc, base):
+        port = int(base.rsplit(":", 1)[1])
+        partial = socket.create_connection(("127.0.0.1", port))
+        partial.sendall(b"POST /search HTTP/1.1\r\nHost: localhost\r\n")
+        silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(300)]
+        started = time.monotonic()
+        partial.settimeout(60)
+        head = partial.recv(65536)
+        for sock in silent:  # those beyond the descriptors wait to be accepted, then 10 s more
+            sock.settimeout(60)
+            assert sock.recv(1) == b""
+        took = time.monotonic() - started
+        answer = get(f"{base}/healthz")
+        for sock in [partial, *silent]:
+            sock.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=STOP_TIMEOUT) == 0
+    assert head.startswith(b"HTTP/1.1 408 "), head
+    assert json.loads(head.split(b"\r\n\r\n", 1)[1]) == {
+        "error": "the request's headers did not arrive within 10 s"
+    }
+    assert 8 < took < 45, took
+    assert answer["status"] == "ok"
+    text = log.read_text()
+    assert 1 <= text.count("cannot accept connections") <= 2, text[-3000:]
+    assert "Traceback" not in text and len(text) < 20_000
 
 
 def test_a_port_in_use_is_one_line_and_sigint_stops(shop_url: str, tmp_path: Path) -> None:
