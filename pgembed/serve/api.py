@@ -1,5 +1,6 @@
 """The search API without HTTP: a request's JSON -> hits, the models served, health; and the
-HTTP status of every error (400 bad input, 404 unknown model or key, 503 database down).
+HTTP status of every error (400 bad input, 403 a privilege the role lacks, 404 unknown model or
+key, 503 database down or busy).
 
 parse_search maps the JSON to the planner's SearchRequest (search/planner.py), whose plan
 plan.execute_async runs on an asyncio pool as the AsyncClient runs it: a connection is borrowed
@@ -147,6 +148,10 @@ def status_of(exc: BaseException) -> tuple[int, str]:
         exc, cause = plan.translate(exc), exc
     if isinstance(exc, DatabaseError) and isinstance(cause, psycopg.OperationalError):
         return 503, f"database unavailable: {db.first_line(cause)}"  # via plan.errors
+    if isinstance(exc, DatabaseError) and _sqlstate(cause) == "42501":
+        # A privilege this server's role lacks (a filtered column it may not read): the operator's
+        # to grant; not 503, which clients retry.
+        return 403, db.first_line(cause or exc)
     if isinstance(exc, DatabaseError) and _is_request_error(cause):
         return 400, db.first_line(
             cause or exc
@@ -167,6 +172,10 @@ def status_of(exc: BaseException) -> tuple[int, str]:
 # SQLSTATE classes of errors the request caused, not the database's state: 22 data exception,
 # 42 syntax error or access rule violation (an operator that does not exist for the filter's
 # types, ...), except 42501 (a privilege this server's role lacks: the operator's to fix).
+def _sqlstate(cause: BaseException | None) -> str | None:
+    return cause.sqlstate if isinstance(cause, psycopg.Error) else None
+
+
 def _is_request_error(cause: BaseException | None) -> bool:
     if not isinstance(cause, psycopg.Error) or cause.sqlstate is None:
         return False

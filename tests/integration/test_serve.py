@@ -21,6 +21,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
+from roles_helpers import as_role, role_maker
 
 from helpers import REVIEWS, database_name, with_database
 from pgembed import db
@@ -277,6 +279,30 @@ def test_every_connection_in_use_is_503_busy(server: SearchServer, shop_url: str
     assert status == 503, answer
     assert answer["error"].startswith("the server is busy: all 8 of its database connections")
     assert [s for s, _ in first] == [200] * serve_api.POOL_SIZE
+
+
+def test_a_privilege_the_role_lacks_is_403(shop_url: str) -> None:
+    """A reader role without SELECT on a filtered column: 403 with PostgreSQL's one line, not
+    503, which clients retry for ever."""
+    with role_maker(shop_url) as make:
+        role = make("serve_reader")
+        with db.connection(shop_url) as conn:
+            for grant in (
+                "GRANT USAGE ON SCHEMA pgembed TO {}",
+                "GRANT SELECT ON pgembed.models, pgembed.migrations, pgembed.definitions TO {}",
+                "GRANT SELECT (id, text, embedding_minilm) ON reviews TO {}",
+            ):
+                conn.execute(sql.SQL(grant).format(sql.Identifier(role)))
+        served = SearchServer(Api(as_role(shop_url, role)), "127.0.0.1", 0)
+        served.start()
+        try:
+            body = {"text": "battery dies fast", "model": "minilm", "k": 3}
+            plain = call(f"{served.url}/search", body)
+            denied = call(f"{served.url}/search", {**body, "filter": {"rating": {"$gte": 4}}})
+        finally:
+            served.stop()
+    assert plain[0] == 200 and len(plain[1]["hits"]) == 3, plain
+    assert denied == (403, {"error": "permission denied for table reviews"})
 
 
 def test_concurrent_requests(
