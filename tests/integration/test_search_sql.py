@@ -18,7 +18,7 @@ from pgvector import Vector
 from helpers import cli, plans
 from pgembed import db
 from pgembed.catalog import registry
-from pgembed.search import vectors
+from pgembed.search import planner, vectors
 
 BATTERY = "the battery dies before lunch"
 
@@ -147,6 +147,29 @@ def test_a_long_in_list_is_one_hash_lookup_per_row(items: psycopg.Connection) ->
     filtered = [p for p in found if "ANY ('{0,2,4," in p]
     assert filtered and not any("SubPlan" in p or "InitPlan" in p for p in filtered)
     assert took < 10, took
+
+
+def test_python_and_sql_agree_on_blank_characters(shop: psycopg.Connection, shop_url: str) -> None:
+    """planner.has_text (a query text) and pgembed._has_text_v1 (a row's text) treat the same
+    characters as blank, on every code point: a query of zero-width spaces is refused as empty,
+    as a row of them is never embedded."""
+    sql_blank = {
+        c
+        for (c,) in rows(
+            shop,
+            "SELECT c FROM generate_series(1, 1114111) c "
+            "WHERE c NOT BETWEEN 55296 AND 57343 AND NOT pgembed._has_text_v1(chr(c))",
+        )
+    }
+    python_blank = {
+        c for c in range(1, 0x110000) if not 0xD800 <= c <= 0xDFFF and not planner.has_text(chr(c))
+    }
+    assert 0x200B in sql_blank and 0x20 in sql_blank and 0x61 not in sql_blank
+    assert python_blank == sql_blank
+    with pytest.raises(planner.RequestError, match="the query text is empty"):
+        planner.SearchRequest("minilm", text="\u200b\u200b \ufeff")
+    result = cli("--database-url", shop_url, "query", "--model", "minilm", "\u200b\u200b")
+    assert result.exit_code != 0 and "the query text is empty" in result.output, result.output
 
 
 def test_ef_search_model_default_and_user_setting(items: psycopg.Connection) -> None:

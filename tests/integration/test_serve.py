@@ -165,6 +165,7 @@ def test_models_healthz_and_one_log_line_per_request(server: SearchServer) -> No
 BAD_REQUESTS: list[tuple[object, int, str]] = [
     ({"text": "", "model": "minilm"}, 400, '"text" is empty'),
     ({"text": "   ", "model": "minilm"}, 400, '"text" is empty'),
+    ({"text": "\u200b\u200b", "model": "minilm"}, 400, '"text" is empty'),
     ({"model": "minilm"}, 400, 'give either "text" or "similar_to"'),
     ({"text": "x", "similar_to": 1, "model": "minilm"}, 400, 'give either "text" or'),
     ({"text": 3, "model": "minilm"}, 400, '"text" must be a string'),
