@@ -243,6 +243,9 @@ async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
     gone = asyncio.ensure_future(request.receive())
     try:
         await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # the server stopping: the search stops too
+        task.cancel()
+        raise
     finally:
         gone.cancel()
     if not task.done():
@@ -268,8 +271,12 @@ class Guard:
         started = time.perf_counter()
         method, path = scope["method"], scope["path"]
 
+        replied = False
+
         async def answer(message: Message) -> None:
+            nonlocal replied
             if message["type"] == "http.response.start":
+                replied = True
                 message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
                 log.info(  # before the reply goes out: a client that has it finds the line logged
                     "%s %s %d %.1fms",
@@ -293,6 +300,17 @@ class Guard:
         self.in_flight += 1
         try:
             await self.app(scope, receive, answer)
+        except asyncio.CancelledError:
+            # uvicorn cancels what is still running STOP_WAIT_SECONDS after a stop began; its own
+            # answer was a plain-text 500 and a traceback in the log.
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            if replied:
+                log.warning("%s %s cut short: the server is stopping", method, path)
+                return
+            stopping = JsonError(503, "the server is shutting down", {"Connection": "close"})
+            await _reply(stopping, scope, receive, answer)
         finally:
             self.in_flight -= 1
 

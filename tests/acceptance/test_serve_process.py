@@ -132,6 +132,35 @@ def test_silent_and_slow_connections_are_closed(shop_url: str, tmp_path: Path) -
     assert "Traceback" not in text and len(text) < 20_000
 
 
+def test_a_search_still_running_at_stop_is_503_json(shop_url: str, tmp_path: Path) -> None:
+    """SIGTERM while a search waits (on a lock) past the 10 s the server gives the requests in
+    flight: that search is answered 503 {"error": "the server is shutting down"}, with no
+    traceback in the log, and the server exits 0."""
+    log = tmp_path / "serve.log"
+    body = {"text": "battery dies fast", "model": "minilm", "k": 3}
+    with serve(shop_url, log) as (proc, base), db.connection(shop_url) as locker:
+        locker.autocommit = False
+        locker.execute("LOCK TABLE reviews IN ACCESS EXCLUSIVE MODE")
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(post_json, f"{base}/search", body)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                row = locker.execute(
+                    "SELECT count(*) FROM pg_locks WHERE relation = 'reviews'::regclass "
+                    "AND NOT granted"
+                ).fetchone()
+                if row and row[0] >= 1:
+                    break
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGTERM)
+            status, answer = waiting.result(timeout=60)
+        locker.rollback()
+        assert proc.wait(timeout=STOP_TIMEOUT) == 0, log.read_text()
+    assert (status, answer) == (503, {"error": "the server is shutting down"})
+    text = log.read_text()
+    assert "Traceback" not in text and "Exception in ASGI" not in text, text
+
+
 def test_a_port_in_use_is_one_line_and_sigint_stops(shop_url: str, tmp_path: Path) -> None:
     with serve(shop_url, tmp_path / "first.log") as (proc, base):
         port = base.rsplit(":", 1)[1]
