@@ -289,7 +289,8 @@ class Guard:
 
         headers = dict(scope["headers"])
         if not self.host_allowed(headers.get(b"host")):
-            message = "this server answers only for localhost (see docs/serve.md)"
+            names = ", ".join(sorted(self.hosts or ()))
+            message = f"this server answers only for Host {names} (see docs/serve.md)"
             await _reply(JsonError(421, message, {"Connection": "close"}), scope, receive, answer)
             return
         if self.in_flight >= self.max_in_flight:

@@ -438,7 +438,9 @@ def test_a_foreign_host_is_421(server: SearchServer) -> None:
             response = conn.getresponse()
             answer = json.loads(response.read())
             assert response.status == 421 and set(answer) == {"error"}, answer
-            assert "\n" not in answer["error"]
+            assert answer["error"] == (
+                "this server answers only for Host 127.0.0.1, [::1], localhost (see docs/serve.md)"
+            )
         finally:
             conn.close()
     for host in ("localhost", f"localhost:{server.port}", f"127.0.0.1:{server.port}", "[::1]"):
@@ -478,6 +480,14 @@ def test_allowed_hosts_keep_the_check_on_any_address(shop_url: str) -> None:
         for host in ("evil.example", f"evil.example:{checked.port}", "[::1]x"):
             assert status_for_host(checked, host) == 421, host
         assert status_for_host(open_to_all, "evil.example") == 200  # no list: no check
+        conn = http.client.HTTPConnection("127.0.0.1", checked.port, timeout=TIMEOUT)
+        conn.request("GET", "/healthz", headers={"Host": "evil.example"})
+        refused = json.loads(conn.getresponse().read())
+        conn.close()
+        assert refused == {
+            "error": "this server answers only for Host 127.0.0.1, localhost, serve "
+            "(see docs/serve.md)"
+        }
     finally:
         for served in (checked, open_to_all):
             served.stop()
