@@ -128,6 +128,7 @@ def make_app(
         exception_handlers={HTTPException: _http_error},
         lifespan=_lifespan(api),
     )
+    app.router.redirect_slashes = False  # POST /search/ is a 404, not a 307 with no body
     return Guard(app, hosts, max_in_flight)
 
 

@@ -207,6 +207,10 @@ def test_errors_outside_search_are_json_too(server: SearchServer) -> None:
         {"error": "the body is not valid JSON: it is nested too deeply"},
     )
     assert call(f"{url}/nope")[0] == 404
+    assert call(f"{url}/search/", {"text": "x", "model": "minilm"}) == (
+        404,
+        {"error": "no such endpoint '/search/': see GET /, /models, /healthz"},
+    )
     assert call(f"{url}/search") == (405, {"error": "/search takes POST"})
     assert call(f"{url}/models", {"text": "x"}) == (405, {"error": "/models takes GET"})
     big = http.client.HTTPConnection("127.0.0.1", server.port, timeout=TIMEOUT)
