@@ -45,8 +45,9 @@ log = logging.getLogger("pgembed.serve")
     "allowed_hosts",
     multiple=True,
     metavar="NAME",
-    help="Answer requests whose Host is NAME (repeatable), and only those and loopback's, on any "
-    "address: a container bound to 0.0.0.0 keeps the DNS rebinding check (docs/serve.md).",
+    help="Answer only requests whose Host is NAME (repeatable), on any address (bound to a "
+    "loopback address, loopback's too): a container bound to 0.0.0.0 keeps the DNS rebinding "
+    "check (docs/serve.md).",
 )
 @click.option(
     "--max-in-flight",
