@@ -127,9 +127,6 @@ QUERY_BATCH = 32
 QUERY_BATCH_WAIT = 0.002
 # Requests `pgembed serve` answers at once at most; past it a 503 with Retry-After.
 SERVE_MAX_IN_FLIGHT = 256
-# Seconds a statement of `pgembed serve` may run (its connection's statement_timeout): one
-# request cannot hold one of its few connections for ever. 0: no limit.
-SERVE_STATEMENT_TIMEOUT = 30.0
 
 # `pgembed load` refuses a record (a JSON line, a CSV row) longer than this many bytes, with one
 # line that says where, instead of reading on: a file with no line end (/dev/zero) grew to 22 GB,

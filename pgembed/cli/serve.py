@@ -57,14 +57,6 @@ log = logging.getLogger("pgembed.serve")
     help="Requests answered at once at most; past it a 503 with Retry-After.",
 )
 @click.option(
-    "--statement-timeout",
-    type=click.FloatRange(0, None),
-    default=defaults.SERVE_STATEMENT_TIMEOUT,
-    show_default=True,
-    metavar="SECONDS",
-    help="A search's statement running longer is stopped (504); 0: no limit.",
-)
-@click.option(
     "--batch-size",
     type=click.IntRange(1, 1024),
     default=defaults.QUERY_BATCH,
@@ -89,7 +81,6 @@ def serve_cmd(
     model_names: tuple[str, ...],
     allowed_hosts: tuple[str, ...],
     max_in_flight: int,
-    statement_timeout: float,
     batch_size: int,
     batch_wait_ms: float,
     log_format: str,
@@ -102,13 +93,7 @@ def serve_cmd(
     from pgembed.serve.server import SearchServer
 
     setup_logging(log_format)
-    api = Api(
-        app.url,
-        model_names,
-        max_batch=batch_size,
-        max_wait=batch_wait_ms / 1000,
-        statement_timeout=statement_timeout,
-    )
+    api = Api(app.url, model_names, max_batch=batch_size, max_wait=batch_wait_ms / 1000)
     try:
         server = SearchServer(
             api, host, port, allowed_hosts=allowed_hosts, max_in_flight=max_in_flight

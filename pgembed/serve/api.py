@@ -23,10 +23,9 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from pgembed import db, defaults, migrate
+from pgembed import db, migrate
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
@@ -142,11 +141,6 @@ def status_of(exc: BaseException) -> tuple[int, str]:
     """The HTTP status and one-line message for an error raised while answering."""
     if isinstance(exc, ApiError):
         return exc.status, exc.message
-    if _sqlstate(exc) == "57014" or _sqlstate(exc.__context__) == "57014":  # statement_timeout
-        return 504, (
-            "the search took too long and was stopped (the server's --statement-timeout): "
-            "narrow the filter or lower k"
-        )
     if isinstance(exc, psycopg.OperationalError):  # connection lost, or none within the timeout
         return 503, f"database unavailable: {db.first_line(exc)}"
     cause = exc.__context__  # the driver's error, under plan.errors' translation
@@ -218,10 +212,8 @@ class Api:
         *,
         max_batch: int = batching.MAX_BATCH,
         max_wait: float = batching.MAX_WAIT,
-        statement_timeout: float = defaults.SERVE_STATEMENT_TIMEOUT,
     ) -> None:
         self._only = tuple(models)
-        self.statement_timeout = statement_timeout
         with db.connection(url) as conn:
             migrate.require_current(conn)
             self._specs = [registry.get(conn, name) for name in self._only] or _servable(conn)
@@ -239,10 +231,6 @@ class Api:
         """Open the pool, in the event loop that serves (its connections are made meanwhile)."""
         pool = db.async_pool(self._url, POOL_SIZE)
         pool.timeout = self.acquire_timeout
-        if self.statement_timeout > 0 and isinstance(pool.kwargs, dict):  # to the URL's options
-            options = conninfo_to_dict(self._url).get("options") or ""
-            milliseconds = max(1, round(self.statement_timeout * 1000))
-            pool.kwargs["options"] = f"{options} -c statement_timeout={milliseconds}".strip()
         await pool.open()
         self._pool = pool
 
