@@ -259,14 +259,15 @@ class Api:
                 raise ApiError(
                     503,
                     f"the server is busy: all {pool.max_size} of its database connections are "
-                    f"in use (none free within {self.acquire_timeout:g} s): retry shortly",
+                    f"in use (none free within {self.acquire_timeout:g} s), by other searches or "
+                    "being made again to a database that is down: retry shortly",
                 ) from None
             raise
 
     def _all_busy(self, exc: BaseException) -> bool:
         """Whether `exc` is no connection within the timeout (plan.errors' translation of it too)
-        while every one of the pool's connections is in use: the server is busy, the database is
-        not down (its 503 says so)."""
+        while every one of the pool's connections is taken. The pool counts a connection it is
+        making again (after the database went away) as taken, so the message names both."""
         seen: BaseException | None = exc
         while seen is not None and not isinstance(seen, PoolTimeout):
             seen = seen.__cause__ or seen.__context__
