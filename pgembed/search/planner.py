@@ -33,7 +33,7 @@ from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode.embedder import Vectors
 from pgembed.encode.settings import settings_of
-from pgembed.errors import NotFoundError, UsageError
+from pgembed.errors import DatabaseError, NotFoundError, UsageError
 from pgembed.search.plan import Embed, Fetch, Plan, Undefined, execute
 from pgembed.search.vectors import warm
 
@@ -257,8 +257,8 @@ def plan_for(spec: ModelSpec, request: SearchRequest) -> Plan[list[Hit] | list[H
         if request.hybrid:
             return (yield from _hybrid_plan(spec, request))
         return (yield from _query_plan(spec, request))
-    except Undefined as exc:
-        raise NotFoundError(
+    except Undefined as exc:  # the operator's to mend (not NotFound: no request can fix it)
+        raise DatabaseError(
             f"model {spec.name!r} cannot read its table: {exc} (renamed or dropped since "
             "`model add`: `pgembed status` says what to do)"
         ) from None

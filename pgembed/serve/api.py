@@ -162,6 +162,8 @@ def status_of(exc: BaseException) -> tuple[int, str]:
         return 400, str(exc)
     if isinstance(exc, NotFoundError):
         return 404, str(exc)
+    if isinstance(cause, plan.Undefined):  # a model whose table changed: no retry mends it
+        return 500, str(exc)
     if isinstance(exc, DatabaseError | SchemaError):
         return 503, str(exc)
     if isinstance(exc, PgembedError):

@@ -186,5 +186,5 @@ def test_a_search_of_a_broken_model_names_the_model_and_the_way_out(
     [line] = searched.output.strip().splitlines()
     assert line.startswith("pgembed: error: model 'minilm' cannot read its table: ")
     assert line.endswith("(renamed or dropped since `model add`: `pgembed status` says what to do)")
-    with pgembed.Client(db_url) as client, pytest.raises(pgembed.NotFoundError, match="cannot"):
+    with pgembed.Client(db_url) as client, pytest.raises(pgembed.DatabaseError, match="cannot"):
         client.similar("minilm", 1)
