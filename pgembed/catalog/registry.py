@@ -180,7 +180,9 @@ def insert(conn: psycopg.Connection, spec: ModelSpec) -> None:
         conn.execute(
             f"INSERT INTO pgembed.models ({', '.join(_COLUMNS)}) VALUES ({placeholders})", values
         )
-    except psycopg.errors.UniqueViolation:  # a concurrent `model add` of the name came first
+    except psycopg.errors.UniqueViolation as exc:  # a concurrent `model add` of the name first
+        if exc.diag.constraint_name != "models_pkey":
+            raise
         raise UsageError(f"model {spec.name!r} already exists: see `pgembed model list`") from None
 
 

@@ -163,6 +163,7 @@ def run_backfill(app: App, name: str) -> None:
             runner.stop,
             f"backfill of {name} stopped; its queued rows wait for `pgembed sync`, and "
             f"`pgembed reindex {name} --index-only` builds its index (searches scan until then)",
+            "stopping after the batch in hand, or cancelling the index build",
         )
     with app.connect() as conn:
         done = reindex.progress(conn, spec)
@@ -190,13 +191,17 @@ def _rebuild_index(app: App, name: str, kw: dict[str, Any]) -> None:
             ),
             stop.set,
             f"index rebuild of {name} stopped; the old index is still in use",
+            "stopping: cancelling the index build",
         )
     params = f"m={spec.hnsw_m}, ef_construction={spec.hnsw_ef_construction}"
     click.echo(f"model {name}: index {naming.index_name(spec)} rebuilt with {params}")
 
 
 def _until_done(
-    run: Callable[[], ModelSpec | None], stop: Callable[[], None], stopped: str
+    run: Callable[[], ModelSpec | None],
+    stop: Callable[[], None],
+    stopped: str,
+    stopping_note: str = "stopping after the batch in hand",
 ) -> ModelSpec:
     """Run until done; Ctrl-C or SIGTERM calls `stop`, and a stopped run exits 130 with a line.
     The batch in hand is finished first (seconds to a minute on a slow CPU), so the first signal
@@ -209,9 +214,7 @@ def _until_done(
         signals += 1
         if signals > 1:
             raise KeyboardInterrupt
-        click.echo(
-            "pgembed: stopping after the batch in hand (Ctrl-C again to stop at once)", err=True
-        )
+        click.echo(f"pgembed: {stopping_note} (Ctrl-C again to stop at once)", err=True)
         stop()
 
     with stopping(on_signal):
