@@ -68,10 +68,8 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 # click >= 8.2's error for a group given no command: its help, exit 2 (none before 8.2).
-_NO_ARGS_IS_HELP: tuple[type[click.UsageError], ...] = tuple(
-    getattr(click.exceptions, name)
-    for name in ("NoArgsIsHelpError",)
-    if hasattr(click.exceptions, name)
+_NO_ARGS_IS_HELP: type[click.UsageError] | tuple[()] = getattr(
+    click.exceptions, "NoArgsIsHelpError", ()
 )
 
 
