@@ -146,6 +146,11 @@ def backlog_lines(left: store.Backlog, *, stopped: bool = False) -> list[str]:
         )
     if left.leased:
         lines.append(f"{left.leased} rows are being embedded by another running worker")
+    if left.held:
+        lines.append(
+            f"{left.held} rows were locked by another transaction when their vectors were "
+            "written: `pgembed sync --once` again when it has ended"
+        )
     if left.waiting and stopped:
         lines.append(f"stopped: {left.waiting} rows still queued: `pgembed sync --once` again")
     elif left.waiting:

@@ -64,6 +64,21 @@ SET next_attempt_at = pg_catalog.now(), claimed_by = NULL
 FROM ROWS FROM (pg_catalog.unnest(%(keys)s::text[]), pg_catalog.unnest(%(seqs)s::bigint[])) AS d(key, seq)
 WHERE q.model = %(model)s AND q.key = d.key AND q.seq = d.seq;
 
+-- name: postpone
+-- Hand claimed keys back for a later try (not counted as an attempt): their rows were held by
+-- another transaction at the write-back. An entry that transaction holds itself (its capture
+-- trigger queued the key anew) is skipped, not waited for: that update makes it ready at its
+-- commit; at a rollback the entry comes back when its lease ends.
+UPDATE pgembed.queue q
+SET next_attempt_at = pg_catalog.now() + pg_catalog.make_interval(secs => %(seconds)s),
+    claimed_by = NULL
+FROM (SELECT p.ctid
+      FROM pgembed.queue p,
+           ROWS FROM (pg_catalog.unnest(%(keys)s::text[]), pg_catalog.unnest(%(seqs)s::bigint[])) AS d(key, seq)
+      WHERE p.model = %(model)s AND p.key = d.key AND p.seq = d.seq
+      FOR UPDATE OF p SKIP LOCKED) AS s
+WHERE q.ctid = s.ctid;
+
 -- name: fail_final
 -- The last attempt failed: move the key to failures with its error.
 WITH moved AS (
@@ -145,13 +160,15 @@ SELECT (SELECT pg_catalog.count(*) FROM pgembed.queue WHERE model = ANY(%(models
 -- name: backlog
 -- What `sync --once` leaves behind, by why: keys to retry after a failure; keys leased by a
 -- worker whose lease keeper is gone (killed: they are ready again when the lease ends) or still
--- connected (another worker at work); keys that came in meanwhile (attempts 0, not leased).
+-- connected (another worker at work); keys whose rows another transaction held at the
+-- write-back (postpone: not leased, attempts 0, due later); keys that came in meanwhile
+-- (attempts 0, not leased, due).
 -- The live workers' session names are read once, not per key.
 WITH live AS (
     SELECT coalesce(pg_catalog.array_agg(application_name), '{}') AS names
     FROM pg_catalog.pg_stat_activity WHERE application_name LIKE 'pgembed worker %%'
 ), q AS (
-    SELECT attempts, next_attempt_at,
+    SELECT attempts, next_attempt_at, claimed_by,
            claimed_by IS NOT NULL AND next_attempt_at > pg_catalog.now() AS leased,
            coalesce('pgembed worker ' || pg_catalog.right(claimed_by, 8) = ANY (live.names), false)
                AS live
@@ -163,7 +180,10 @@ SELECT
     extract(epoch FROM pg_catalog.max(next_attempt_at) FILTER (WHERE leased AND NOT live)
                        - pg_catalog.now())::float AS orphaned_seconds,
     pg_catalog.count(*) FILTER (WHERE leased AND live) AS leased,
-    pg_catalog.count(*) FILTER (WHERE NOT leased AND attempts = 0)
+    pg_catalog.count(*) FILTER (WHERE claimed_by IS NULL AND attempts = 0
+                                AND next_attempt_at > pg_catalog.now()) AS held,
+    pg_catalog.count(*) FILTER (WHERE NOT leased AND attempts = 0
+                                AND NOT (claimed_by IS NULL AND next_attempt_at > pg_catalog.now()))
     + (SELECT pg_catalog.count(*) FROM pgembed.inbox WHERE model = ANY(%(models)s)) AS waiting
 FROM q;
 

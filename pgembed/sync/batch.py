@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from pgembed import db
 from pgembed.catalog import registry, trust
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
@@ -19,6 +20,15 @@ from pgembed.sync.isolate import Embedded, embed_rows
 from pgembed.sync.store import Claim, SourceRow
 
 log = logging.getLogger("pgembed.sync")
+
+# A row an application's transaction holds is tried again this much later, not waited for (a
+# wait can deadlock with that transaction); a retry sooner would embed it again while it is held.
+BUSY_ROW_PAUSE_SECONDS = 1.0
+# Any other lock the write-back waits for longer than this gives its batch back: below
+# PostgreSQL's default deadlock_timeout (1 s), so in a deadlock with an application's
+# transaction that began waiting after the daemon, the daemon gives up first and the
+# application's transaction goes on.
+WRITE_LOCK_TIMEOUT = "500ms"
 
 
 class ModelChanged(Exception):
@@ -30,11 +40,12 @@ class BatchResult:
     claimed: int
     written: int
     failed: int
+    postponed: int = 0  # rows another transaction held: tried again in BUSY_ROW_PAUSE_SECONDS
 
     @property
     def skipped(self) -> int:
         """Keys whose row was gone, blank, or changed while it was being embedded."""
-        return self.claimed - self.written - self.failed
+        return self.claimed - self.written - self.failed - self.postponed
 
 
 @dataclass(frozen=True)
@@ -82,14 +93,41 @@ def write_back(
 ) -> BatchResult:
     """Write the vectors whose text is unchanged, complete the claims, record failures.
 
+    The daemon never waits long for an application's transaction: rows another transaction holds
+    are skipped and their keys tried again later (store.lock), and any other lock wait longer than
+    WRITE_LOCK_TIMEOUT gives the whole batch back (BatchResult.postponed).
+
     A table whose owner is another role (not a superuser) is written as that owner
     (catalog/trust.py): its rows are locked first, the daemon's own work comes next, and the
     owner's write last, so nothing of the daemon's runs in the session after the owner's code
     until clean_session has put it right."""
+    try:
+        return _write_back(conn, claimed, result, config, seconds)
+    except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected) as exc:
+        with conn.transaction():
+            store.postpone(conn, claimed.spec.name, claimed.claims, BUSY_ROW_PAUSE_SECONDS)
+        log.warning(
+            "model=%s batch of %d rows given back, to try again in %.0f s: %s",
+            claimed.spec.name,
+            len(claimed.claims),
+            BUSY_ROW_PAUSE_SECONDS,
+            db.first_line(exc),
+        )
+        return BatchResult(len(claimed.claims), 0, 0, postponed=len(claimed.claims))
+
+
+def _write_back(
+    conn: psycopg.Connection,
+    claimed: Claimed,
+    result: Embedded,
+    config: BatchConfig,
+    seconds: float,
+) -> BatchResult:
     spec, claims = claimed.spec, claimed.claims
     failed_keys = {row.key for row, _ in result.failed}
     keys = [row.key for row in result.rows]
     md5s = [row.text_md5 for row in result.rows]
+    held: set[str] = set()
     owner: str | None = None
     try:
         with conn.transaction():
@@ -98,28 +136,38 @@ def write_back(
                 changed = True
             else:
                 changed = False
+                store.wait_briefly(conn, WRITE_LOCK_TIMEOUT)
                 found = trust.inspect(conn, spec)
                 owner = found.owner if found is not None and found.writes_as_owner else None
+                locked = store.lock(conn, spec, keys, md5s)
+                held = set(keys) - set(locked)
+                kept = [i for i, key in enumerate(keys) if locked.get(key)]
+                vectors = result.matrix()[kept]
                 if owner is None:
-                    written = store.write(conn, spec, keys, md5s, result.matrix())
+                    written = store.write(
+                        conn, spec, [keys[i] for i in kept], [md5s[i] for i in kept], vectors
+                    )
                 else:
-                    written = store.lock_unchanged(conn, spec, keys, md5s)
+                    written = {keys[i] for i in kept}
                 if spec.chunked:
                     store.write_chunks(conn, spec, written, result.chunks)
-                store.complete(conn, spec.name, [c for c in claims if c.key not in failed_keys])
+                done = [c for c in claims if c.key not in failed_keys and c.key not in held]
+                store.complete(conn, spec.name, done)
+                store.postpone(
+                    conn, spec.name, [c for c in claims if c.key in held], BUSY_ROW_PAUSE_SECONDS
+                )
                 truncated = written & set(result.truncated)
                 store.account(
                     conn, spec.name, config.worker_id, list(written), list(truncated), seconds
                 )
                 if owner is not None:
-                    kept = [i for i, key in enumerate(keys) if key in written]
                     store.write_as_owner(
                         conn,
                         spec,
                         owner,
                         [keys[i] for i in kept],
                         [md5s[i] for i in kept],
-                        result.matrix()[kept],
+                        vectors,
                     )
     finally:
         if owner is not None:
@@ -128,15 +176,16 @@ def write_back(
         raise ModelChanged("changed since this worker read the catalog: batch given back")
     _record_failures(conn, spec, config, {c.key: c for c in claims}, result)
     log.info(
-        "model=%s rows=%d written=%d failed=%d seconds=%.2f rows_per_second=%.1f",
+        "model=%s rows=%d written=%d failed=%d held=%d seconds=%.2f rows_per_second=%.1f",
         spec.name,
         len(claims),
         len(written),
         len(result.failed),
+        len(held),
         seconds,
         len(claims) / max(seconds, 1e-9),
     )
-    return BatchResult(len(claims), len(written), len(result.failed))
+    return BatchResult(len(claims), len(written), len(result.failed), postponed=len(held))
 
 
 def release(conn: psycopg.Connection, claimed: Claimed) -> None:

@@ -146,21 +146,25 @@ def write(
         return written
 
 
-def lock_unchanged(
+def lock(
     conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str], text_md5s: Sequence[str]
-) -> set[str]:
-    """In the caller's transaction: lock the rows whose md5(text) still matches, and return their
-    keys. Before a write as the table's owner (write_as_owner), which must come last: the row
-    locks keep their texts until the commit, so the owner's write finds each of them."""
+) -> dict[str, bool]:
+    """In the caller's transaction: lock the rows of `keys` that no other transaction holds, in
+    key order, and say of each whether md5(text) still matches. A row another transaction holds
+    (an application's open transaction updated, deleted or locked it) is skipped, not waited
+    for: while the daemon waited, that transaction could go on to a row the daemon had locked,
+    and PostgreSQL would end one of the two with `deadlock detected`. The locks keep the texts
+    until the commit, so the write that follows (write, write_as_owner) finds each unchanged one."""
     if not keys:
-        return set()
+        return {}
     order = sorted(range(len(keys)), key=lambda i: keys[i])
     query = sql.SQL(
-        "SELECT v.key FROM {table} t JOIN ROWS FROM (pg_catalog.unnest(%s::pg_catalog.text[]), "
+        "SELECT v.key, (pg_catalog.md5({text}) OPERATOR(pg_catalog.=) v.text_md5) IS TRUE "
+        "FROM {table} t "
+        "JOIN ROWS FROM (pg_catalog.unnest(%s::pg_catalog.text[]), "
         "pg_catalog.unnest(%s::pg_catalog.text[])) AS v(key, text_md5) "
         "ON t.{key} OPERATOR(pg_catalog.=) v.key::{type} "
-        "AND pg_catalog.md5({text}) OPERATOR(pg_catalog.=) v.text_md5 "
-        "ORDER BY v.key FOR UPDATE OF t"
+        "ORDER BY v.key FOR UPDATE OF t SKIP LOCKED"
     ).format(
         table=naming.table(spec),
         key=sql.Identifier(spec.key_column),
@@ -169,9 +173,16 @@ def lock_unchanged(
     )
     row_security_errors(conn)
     params = ([keys[i] for i in order], [text_md5s[i] for i in order])
-    locked = {row[0] for row in conn.execute(query, params)}
+    locked = {key: same for key, same in conn.execute(query, params)}
     _row_security_back(conn)
     return locked
+
+
+def wait_briefly(conn: psycopg.Connection, timeout: str) -> None:
+    """For the rest of the transaction, a lock wait longer than `timeout` fails the statement
+    (lock_not_available): the write-back gives its batch back rather than wait for whatever an
+    application's transaction holds (see lock)."""
+    conn.execute("SELECT pg_catalog.set_config('lock_timeout', %s, true)", (timeout,))
 
 
 # The function that writes vectors as the table's owner: made in this session's temporary schema
@@ -180,7 +191,7 @@ def lock_unchanged(
 # DEFINER: inside it the owner's code runs as the owner, and PostgreSQL refuses SET ROLE and SET
 # SESSION AUTHORIZATION, so it cannot step back into the daemon's role. SET CONSTRAINTS ALL
 # IMMEDIATE fires the owner's deferrable constraint triggers in there too, not at the commit.
-# Every row was locked unchanged before (lock_unchanged): fewer written means the owner's own
+# Every row was locked unchanged before (lock): fewer written means the owner's own
 # triggers, rules or policies kept vectors out, which fails the batch rather than lose its keys.
 _OWNER_WRITE = """
 DECLARE
@@ -345,6 +356,14 @@ def release(conn: psycopg.Connection, model: str, claims: Sequence[Claim]) -> No
     conn.execute(sqlfiles.get("sync", "release"), _pairs(model, claims))
 
 
+def postpone(conn: psycopg.Connection, model: str, claims: Sequence[Claim], seconds: float) -> None:
+    """Hand claimed keys back for a try in `seconds`, not counted as a failed attempt: their rows
+    were held by another transaction at the write-back. Never waits (sync.sql says why)."""
+    if claims:
+        params = {**_pairs(model, claims), "seconds": seconds}
+        conn.execute(sqlfiles.get("sync", "postpone"), params)
+
+
 def fail(conn: psycopg.Connection, model: str, claim: Claim, error: str, max_attempts: int) -> bool:
     """Record a failed attempt; returns True when the key moved to the failures table."""
     params = {
@@ -406,15 +425,16 @@ class Backlog:
     orphaned: int  # leased by a worker that is gone (killed): ready when the lease ends
     orphaned_seconds: float  # until the last of those leases ends
     leased: int  # held by another worker that is still connected
+    held: int  # their rows were held by another transaction at the write-back (postpone)
     waiting: int  # came in meanwhile: neither tried nor leased
 
 
 def backlog(conn: psycopg.Connection, models: Sequence[str]) -> Backlog:
     row = conn.execute(sqlfiles.get("sync", "backlog"), {"models": list(models)}).fetchone()
     if row is None:
-        return Backlog(0, 0, 0.0, 0, 0)
-    retrying, orphaned, seconds, leased, waiting = row
-    return Backlog(retrying, orphaned, max(0.0, seconds or 0.0), leased, waiting)
+        return Backlog(0, 0, 0.0, 0, 0, 0)
+    retrying, orphaned, seconds, leased, held, waiting = row
+    return Backlog(retrying, orphaned, max(0.0, seconds or 0.0), leased, held, waiting)
 
 
 def require_primary(conn: psycopg.Connection) -> None:

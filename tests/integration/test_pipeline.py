@@ -107,20 +107,23 @@ def test_an_encode_beside_a_local_write_back_runs_on_a_thread_fewer(
         real(count)
 
     monkeypatch.setattr(torch, "set_num_threads", spy)
-    # Another session holds every row, so the first write-back waits while the next batch
-    # encodes: that encode must run on one thread, and the drain must end on two.
-    holder = psycopg.connect(db_url)
-    holder.execute("SELECT id FROM reviews FOR UPDATE")
+    # Each write-back takes half a second (an application's slow trigger), so the next batch
+    # encodes beside it: that encode must run on one thread, and the drain must end on two.
+    reviews.execute(
+        "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql "
+        "AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$"
+    )
+    reviews.execute(
+        "CREATE TRIGGER slow AFTER UPDATE ON reviews FOR EACH STATEMENT EXECUTE FUNCTION slow()"
+    )
     written: list[int] = []
     options = worker.Options(models=("minilm",), once=True, claim_size=8)
     run = worker.Worker(db_url, options).run
     sync = threading.Thread(target=lambda: written.append(run().written))
     sync.start()
     try:
-        wait_for(lambda: 1 in calls, 60, "an encode on one thread beside the held write-back")
+        wait_for(lambda: 1 in calls, 60, "an encode on one thread beside the slow write-back")
     finally:
-        holder.rollback()
-        holder.close()
         sync.join()
     real(threads)
     assert written == [48]

@@ -1,0 +1,109 @@
+"""The daemon's write-back beside an application's transactions that hold row locks: the daemon
+never waits for a row the application holds, so the two never deadlock, and no row is lost."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+
+from daemon_helpers import assert_every_vector_matches_its_text, wait_for
+from helpers import cli
+from pgembed import db
+from pgembed.catalog import registry
+from pgembed.sync import batch, worker
+
+CONFIG = batch.BatchConfig(worker_id="w1", claim_size=100, lease_seconds=60, max_attempts=5)
+
+# What the application's open transaction did to row 5 before the daemon's write-back, and what
+# row 5 holds once it commits (None: deleted).
+HOLDS = {
+    "locks it": ("SELECT 1 FROM reviews WHERE id = 5 FOR UPDATE", True),
+    "changes another column": ("UPDATE reviews SET stars = 1 WHERE id = 5", True),
+    "changes its text": ("UPDATE reviews SET body = 'A new text meanwhile.' WHERE id = 5", True),
+    "deletes it": ("DELETE FROM reviews WHERE id = 5", False),
+}
+
+
+def waiting_for_a_lock(conn: psycopg.Connection, pid: int) -> bool:
+    row = conn.execute("SELECT pg_catalog.pg_blocking_pids(%s) <> '{}'", (pid,)).fetchone()
+    return bool(row and row[0])
+
+
+@pytest.mark.parametrize("hold", HOLDS)
+def test_a_write_back_never_waits_for_a_row_the_application_holds(
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str, hold: str
+) -> None:
+    statement, kept = HOLDS[hold]
+    claimed = batch.fetch(reviews, spec, CONFIG)
+    assert claimed is not None and len(claimed.rows) == 8
+    embedded = batch.embed(claimed, CONFIG)
+    with db.connection(db_url, autocommit=False) as app, ThreadPoolExecutor(1) as pool:
+        app.execute(statement)
+        writing = pool.submit(batch.write_back, reviews, claimed, embedded, CONFIG, 1.0)
+        with db.connection(db_url) as watcher:
+            # The earlier write-back locked rows 1-4, then waited for row 5.
+            wait_for(
+                lambda: writing.done() or waiting_for_a_lock(watcher, reviews.info.backend_pid),
+                30,
+                "the write-back to end or to wait",
+            )
+        # The application goes on to a row the daemon writes: with a daemon waiting for row 5,
+        # one of the two transactions ended in `deadlock detected`.
+        app.execute("UPDATE reviews SET stars = 2 WHERE id = 2")
+        app.commit()
+        result = writing.result(timeout=30)
+    assert result.written == 7
+    # Row 5's key is given back, not lost: the next pass writes what it holds now.
+    time.sleep(batch.BUSY_ROW_PAUSE_SECONDS)
+    worker.Worker(db_url, worker.Options(once=True)).run()
+    assert_every_vector_matches_its_text(reviews)
+    left = reviews.execute("SELECT count(*) FROM reviews WHERE id = 5").fetchone()
+    assert left == ((1,) if kept else (0,))
+    assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+
+
+def test_a_write_back_that_waits_for_any_other_lock_gives_its_batch_back_soon(
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    config = batch.BatchConfig(worker_id="w1", claim_size=100, lease_seconds=2, max_attempts=5)
+    claimed = batch.fetch(reviews, spec, config)
+    assert claimed is not None
+    embedded = batch.embed(claimed, config)
+    with db.connection(db_url, autocommit=False) as app:
+        # A lock the daemon cannot step around: row 3's queue entry (as a capture trigger of
+        # the application's holds it while it queues the key anew).
+        app.execute("SELECT 1 FROM pgembed.queue WHERE key = '3' FOR UPDATE")
+        started = time.monotonic()
+        result = batch.write_back(reviews, claimed, embedded, config, 1.0)
+        waited = time.monotonic() - started
+        app.execute("UPDATE reviews SET stars = 2 WHERE id = 2")  # one the daemon had locked
+        app.commit()
+    assert (result.written, result.postponed, result.skipped) == (0, 8, 0)
+    assert waited < 5, f"the write-back waited {waited:.1f} s"
+    assert reviews.execute("SELECT count(embedding_minilm) FROM reviews").fetchone() == (0,)
+    time.sleep(config.lease_seconds)  # row 3's entry, held at the give-back, keeps its lease
+    worker.Worker(db_url, worker.Options(once=True)).run()
+    assert_every_vector_matches_its_text(reviews)
+    assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+
+
+def test_sync_once_says_which_rows_another_transaction_held(
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    with db.connection(db_url, autocommit=False) as app:
+        app.execute("UPDATE reviews SET stars = 1 WHERE id = 5")
+        result = cli("--database-url", db_url, "sync", "--once")
+        app.commit()
+    assert result.exit_code == 0, result.output
+    assert "synced: 7 written, 0 skipped, 0 failed" in result.output
+    assert (
+        "1 rows were locked by another transaction when their vectors were written: "
+        "`pgembed sync --once` again when it has ended"
+    ) in result.output
+    time.sleep(batch.BUSY_ROW_PAUSE_SECONDS)
+    again = cli("--database-url", db_url, "sync", "--once")
+    assert "synced: 1 written" in again.output, again.output
+    assert_every_vector_matches_its_text(reviews)
