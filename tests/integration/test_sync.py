@@ -97,6 +97,9 @@ def test_long_text_is_truncated_and_counted(
     reviews.execute("UPDATE reviews SET body = 'short now' WHERE id = 60")
     worker.Worker(db_url, worker.Options(once=True)).run()
     assert reviews.execute("SELECT count(*) FROM pgembed.truncated").fetchone() == (1,)
+    # A text made blank has nothing left to cut: its mark goes at once, with its vector.
+    reviews.execute("UPDATE reviews SET body = '   ' WHERE id = 61")
+    assert reviews.execute("SELECT count(*) FROM pgembed.truncated").fetchone() == (0,)
 
 
 def test_status_reports_progress(spec: registry.ModelSpec, db_url: str) -> None:

@@ -207,8 +207,10 @@ BEGIN
                     next_attempt_at = excluded.next_attempt_at, claimed_by = NULL,
                     last_error = NULL;
             PERFORM pg_notify('pgembed', model_name);
-        ELSE
+        ELSE  -- nothing left to embed: nor to retry, nor cut
             DELETE FROM pgembed.queue WHERE model = model_name AND key = new_key;
+            DELETE FROM pgembed.truncated WHERE model = model_name AND key = new_key;
+            DELETE FROM pgembed.failures WHERE model = model_name AND key = new_key;
         END IF;
     END IF;
     RETURN NEW;
