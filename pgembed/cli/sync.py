@@ -18,6 +18,7 @@ from pgembed.cli import terminal
 from pgembed.cli.app import App, pass_app, stopping
 from pgembed.cli.logs import setup_logging
 from pgembed.cli.progress import progress_bar
+from pgembed.embedded import server
 from pgembed.encode import hardware
 from pgembed.errors import DatabaseError
 from pgembed.sync import store, worker
@@ -116,7 +117,11 @@ def sync_cmd(
     names, total = _first_contact(app, model_names, once)
     with progress_bar(total, "embedding", enabled=once) as advance:
         # reached: the check above got through, so a fault from here on is a restart to ride out
-        w = worker.Worker(url, options, on_progress=lambda _model, n: advance(n), reached=True)
+        # On the embedded default, a server stopped under the daemon (a crash) is started again.
+        revive = server.revive if app.explicit_url is None else None
+        w = worker.Worker(
+            url, options, on_progress=lambda _model, n: advance(n), reached=True, revive=revive
+        )
         with stopping(partial(_finish, w)):
             stats = w.run()
     click.echo(

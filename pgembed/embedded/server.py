@@ -57,6 +57,18 @@ def _start(pgdata: Path) -> str:
     return found
 
 
+def revive() -> None:
+    """Start the server again if it stopped while this process held it (pg_ctl stop, a crash):
+    a long-running holder (`pgembed sync`) brings it back as the next command would. Nothing
+    when it runs (or is still starting or stopping), or when this process never joined it."""
+    if _url is None:
+        return
+    pgdata = data_dir()
+    with holders.locked():
+        if running_postmaster(pgdata) is None:
+            _prepare(pgdata)
+
+
 def _release(pgdata: Path) -> None:
     """At exit: this process no longer holds the server, and the last live holder stops it.
 

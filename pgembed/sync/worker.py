@@ -26,7 +26,7 @@ from pgembed.catalog import registry, tables, trust
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, hardware
 from pgembed.encode.settings import runtime_settings
-from pgembed.errors import DatabaseError, NotFoundError
+from pgembed.errors import ConfigError, DatabaseError, NotFoundError
 from pgembed.sync import store
 from pgembed.sync.batch import BatchConfig, BatchResult
 from pgembed.sync.leases import Keeper
@@ -95,9 +95,11 @@ class Worker:
         on_progress: OnBatch | None = None,
         *,
         reached: bool = False,
+        revive: Callable[[], None] | None = None,
     ) -> None:
         """`reached`: the caller has already connected to `url`, so even a fault on the first
-        connection is one to ride out (a restart), not a wrong URL to report."""
+        connection is one to ride out (a restart), not a wrong URL to report. `revive`: called
+        after each fault to start the server again if it is down (the embedded server's)."""
         self.url = url
         self.options = options
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -105,6 +107,7 @@ class Worker:
         self.stats = Stats()
         self.backoff = Backoff(options.max_backoff_seconds)
         self._on_progress = on_progress
+        self._revive = revive
         self._reached = reached  # the database has answered once: faults from now on heal
         self._started = False  # set once the first session is up and serving
         self._stale = False  # a model changed under a batch: reread the catalog
@@ -140,8 +143,17 @@ class Worker:
                     raise DatabaseError(f"database error: {db.first_line(exc)}") from None
                 delay = self.backoff.next()
                 log.warning("database fault (%s); reconnecting in %.1fs", db.first_line(exc), delay)
+                self._revive_server()
                 self.stop_event.wait(delay)
         return self.stats
+
+    def _revive_server(self) -> None:
+        if self._revive is None:
+            return
+        try:
+            self._revive()
+        except ConfigError as exc:  # said each time: the next fault tries again
+            log.warning("%s", exc)
 
     def _session(self) -> None:
         """One connected stretch of work; returns when done, raises when the connection fails."""

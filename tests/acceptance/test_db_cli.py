@@ -275,3 +275,42 @@ def test_a_server_restarted_under_its_holder_stops_with_the_last_one(home: Path)
     wait_for(lambda: not is_alive(holder), 60, "the holder to exit")
     wait_for(lambda: postmaster_pid(home) is None, 30, "the restarted server to stop")
     assert not is_alive(second) and holders(home) == []
+
+
+def test_a_sync_daemon_starts_a_server_stopped_under_it_again(home: Path) -> None:
+    """docs/database.md: a server stopped from outside (a crash) is started again by the next
+    command that needs it; a running daemon is one, and goes on embedding."""
+    for args in (
+        ("migrate",),
+        ("db", "psql", "-c", "CREATE TABLE notes (id int PRIMARY KEY, body text)"),
+        ("model", "add", "minilm", "--table", "notes", "--column", "body"),
+    ):
+        done = run(home, *args)
+        assert done.returncode == 0, done.stderr
+    env = {k: v for k, v in os.environ.items() if k not in ("PGEMBED_DATABASE_URL", "DATABASE_URL")}
+    env["PGEMBED_HOME"] = str(home)
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "pgembed", "sync", "--poll-seconds", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: daemon.pid in holders(home), 120, "the daemon to hold the server")
+        first = postmaster_pid(home)
+        pg_ctl = [str(wheel.bin_dir() / "pg_ctl"), "-D", str(home / "pgdata"), "-m", "fast", "-w"]
+        subprocess.run([*pg_ctl, "stop"], user=wheel.server_user(), check=True, capture_output=True)
+        wait_for(lambda: postmaster_pid(home) not in (None, first), 60, "the server to restart")
+        assert daemon.poll() is None
+        inserted = run(home, "db", "psql", "-c", "INSERT INTO notes VALUES (1, 'A quiet film.')")
+        assert inserted.returncode == 0, inserted.stderr
+
+        def embedded() -> bool:
+            query = "SELECT count(embedding_minilm) FROM notes"
+            return run(home, "db", "psql", "-At", "-c", query).stdout == "1\n"
+
+        wait_for(embedded, 60, "the daemon to embed a row after the restart")
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        _, err = daemon.communicate(timeout=60)
+    assert daemon.returncode == 0, err
+    assert "database fault" in err
+    wait_for(lambda: postmaster_pid(home) is None, 30, "the server to stop with its last holder")
