@@ -18,8 +18,8 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -40,6 +40,7 @@ from pgembed.search import batching, plan, planner, vectors
 from pgembed.search.planner import SearchRequest
 
 log = logging.getLogger("pgembed.serve")
+_T = TypeVar("_T")
 
 MAX_K = planner.MAX_K  # as `pgembed query -k`
 # Waiting longer than this for a connection means the database is down (or every connection
@@ -253,8 +254,13 @@ class Api:
 
     async def search(self, payload: object) -> dict[str, Any]:
         """POST /search."""
+        return await self._said_busy(self._search(payload))
+
+    async def _said_busy(self, work: Awaitable[_T]) -> _T:
+        """`work`, with no connection free in time said as the server's being busy (every
+        connection taken), not as the database being unavailable."""
         try:
-            return await self._search(payload)
+            return await work
         except Exception as exc:
             if self._all_busy(exc):
                 pool = self._ready()
@@ -305,7 +311,7 @@ class Api:
     async def served(self) -> list[ModelSpec]:
         """The models this server answers for, by name (a reindex's shadow is not one)."""
         step = plan.Fetch(registry.ALL, as_dicts=True)
-        rows = await plan.execute_async(self._ready(), _fetch_plan(step))
+        rows = await self._said_busy(plan.execute_async(self._ready(), _fetch_plan(step)))
         specs = [registry.from_row(row) for row in rows]
         if self._only:
             specs = [spec for spec in specs if spec.name in self._only]
@@ -313,7 +319,9 @@ class Api:
 
     async def health(self) -> dict[str, Any]:
         """GET /healthz: the database answers."""
-        await plan.execute_async(self._ready(), _fetch_plan(plan.Fetch("SELECT 1")))
+        await self._said_busy(
+            plan.execute_async(self._ready(), _fetch_plan(plan.Fetch("SELECT 1")))
+        )
         return {"status": "ok", "models": self.loaded}
 
     def metrics(self) -> dict[str, Any]:
