@@ -195,7 +195,7 @@ def test_ef_search_model_default_and_user_setting(items: psycopg.Connection) -> 
         return int((row.fetchone() or (0,))[0]), str((seen or ("",))[0])
 
     try:
-        assert searched() == (20, "51")  # pgembed's default for 3,000 rows (80 at 10,000)
+        assert searched() == (20, "49")  # pgembed's default for 3,000 rows (80 at 10,000)
         assert searched(100) == (100, "100")  # and at least k
         items.execute("RESET ROLE")
         items.execute("UPDATE pgembed.models SET ef_search = 60 WHERE name = 'minilm'")

@@ -446,13 +446,15 @@ $fn$;
 -- The default search effort (hnsw.ef_search) of an index search over `rows` rows, for a model
 -- with none recorded (`pgembed tune` records one) whose graph was built with ef_construction 200
 -- or more (a new model's default; see _graph_ef_v1 for sparser ones): 80 at 10,000 rows,
--- 2.4 times as much for each tenfold growth (192 at 100,000, 461 at 1,000,000; pgvector's 40
--- below some 1,650 rows; at most 1000), as an index's recall at a fixed ef_search falls as it
+-- 2.6 times as much for each tenfold growth (208 at 100,000, 541 at 1,000,000; pgvector's 40
+-- below some 1,900 rows; at most 1000), as an index's recall at a fixed ef_search falls as it
 -- grows. Chosen for recall@10 >= 0.95 against exact search at 10k, 100k and 1M rows of review
--- passages (BENCHMARKS.md, "Search at scale"). A table never counted (NULL) gets 80.
+-- passages (BENCHMARKS.md, "Search at scale"), with a margin: graphs built alike from the same
+-- 1M rows measured 0.944-0.952 at ef_search 400-461 and 0.954-0.962 at 480. A table never
+-- counted (NULL) gets 80.
 CREATE OR REPLACE FUNCTION pgembed._default_ef_v1(rows double precision) RETURNS integer
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT pgembed._grown_ef_v1(rows, 2.4)
+    SELECT pgembed._grown_ef_v1(rows, 2.6)
 $fn$;
 
 -- The default ef_search for the table `rel` of a graph built sparser than _default_ef_v1
