@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from pgvector import Vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from pgembed import checks, defaults, sqlfiles
+from pgembed import checks, defaults, sqlfiles, texts
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode.embedder import Vectors
@@ -195,31 +194,12 @@ def _require_key(key: object) -> None:
         raise RequestError("key", "the row key is not valid Unicode (a lone surrogate)") from None
 
 
-# A character that makes a text more than blank: neither whitespace (POSIX [:space:], not
-# Python's \s, which has \x1c-\x1f too) nor an invisible one (zero-width spaces and joiners,
-# variation selectors, fillers, tags, ...). The same set as the SQL's pgembed._has_text_v1
-# (sql/definitions/20_capture.sql), which decides which rows have a text;
-# tests/integration/test_search_sql.py checks that the two agree on every code point.
-_VISIBLE = re.compile(
-    "[^\t\n\v\f\r \u0085\u00a0\u00ad\u034f\u061c\u115f\u1160\u1680\u17b4\u17b5"
-    "\u180b-\u180f\u2000-\u200f\u2028-\u202f\u205f-\u206f\u2800\u3000\u3164"
-    "\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
-    "\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
-)
-
-
-def has_text(text: str) -> bool:
-    """Whether `text` has a visible character (see _VISIBLE): a row's text without one is not
-    embedded, and a query text without one is refused."""
-    return _VISIBLE.search(text) is not None
-
-
 def require_text(text: str) -> None:
     """A query text must have words (an empty one would return arbitrary rows), fit a model's
     reading and travel to the server: the one check of a query text."""
     if not isinstance(text, str):
         raise RequestError("text", f"the query text must be a string, not {type(text).__name__}")
-    if not has_text(text):  # "" or only whitespace and invisible characters
+    if not texts.has_text(text):  # "" or only whitespace and invisible characters
         raise RequestError("empty", "the query text is empty")
     if len(text) > defaults.MAX_QUERY_CHARS:
         raise RequestError(

@@ -18,10 +18,14 @@ import psycopg
 from pgvector import Vector
 from psycopg import sql
 
-from pgembed import capture, db, defaults, sqlfiles
+from pgembed import capture, db, defaults, sqlfiles, texts
 from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import ConfigError
+
+# How much of a text's start `read` looks through for its first character that is not blank:
+# a regular expression converts what it reads to 4-byte characters, so not a 100 MB text whole.
+LEADING_BLANK_CHARS = 1_048_576
 
 
 @dataclass(frozen=True)
@@ -70,12 +74,17 @@ def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list
     """Rows that still exist and have non-blank text, with the md5 that guards the write-back;
     other keys simply do not come back.
 
-    Only the text's first characters the model can read travel (one more tells a longer text):
-    a 100 MB row never reaches Python whole. The md5 is still the whole text's."""
+    Only the text's first characters the model can read travel (one more tells a longer text),
+    from its first one that is not blank (see texts.py; the model skips those, so a text led by
+    pages of white space would otherwise be read as blank): a 100 MB row never reaches Python
+    whole. The md5 is still the whole text's."""
     further = defaults.CHUNK_CHARS_PER_WORD_PIECE * (spec.windows - 1)  # read more tightly
     chars = (defaults.CHARS_PER_WORD_PIECE + further) * spec.max_seq_length
     query = sql.SQL(
-        "SELECT t.{key}::text, pg_catalog.left({text}, %s::integer), pg_catalog.md5({text}) "
+        "SELECT t.{key}::text, pg_catalog.substr({text}, 1 OPERATOR(pg_catalog.+) "
+        "pg_catalog.length(pg_catalog.substring(pg_catalog.left({text}, %s::integer), %s)), "
+        "%s::integer), "
+        "pg_catalog.md5({text}) "
         "FROM {table} t WHERE t.{key} OPERATOR(pg_catalog.=) ANY(%s::{type}[]) "
         "AND pgembed._has_text_v1(({text})::pg_catalog.text)"
     ).format(
@@ -86,7 +95,8 @@ def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list
     )
     with conn.transaction():
         row_security_errors(conn)
-        rows = conn.execute(query, (chars + 1, list(keys))).fetchall()
+        args = (LEADING_BLANK_CHARS, texts.LEADING_BLANKS, chars + 1, list(keys))
+        rows = conn.execute(query, args).fetchall()
     return [SourceRow(key, text[:chars], md5, len(text) > chars) for key, text, md5 in rows]
 
 

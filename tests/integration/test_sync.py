@@ -102,6 +102,19 @@ def test_long_text_is_truncated_and_counted(
     assert reviews.execute("SELECT count(*) FROM pgembed.truncated").fetchone() == (0,)
 
 
+def test_a_text_led_by_pages_of_white_space_is_read_from_its_first_word(
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    # 15,000 blank characters, more than the 8,192 a row is read to: they were read alone, and
+    # the row embedded as an empty text.
+    words = "A gripping thriller with a twist I never saw coming."
+    blanks = "\n \t\u00a0\u200b\u3000" * 2500
+    reviews.execute("INSERT INTO reviews VALUES (70, %s, 1)", (blanks + words,))
+    worker.Worker(db_url, worker.Options(once=True)).run()
+    np.testing.assert_allclose(vectors(reviews)[70], expected([words])[0], atol=1e-5)  # type: ignore[arg-type]  # None fails
+    assert reviews.execute("SELECT count(*) FROM pgembed.truncated").fetchone() == (0,)
+
+
 def test_status_reports_progress(spec: registry.ModelSpec, db_url: str) -> None:
     import json
 

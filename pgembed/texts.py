@@ -1,0 +1,30 @@
+"""Which characters leave a text blank: whitespace (POSIX [:space:], not Python's \\s, which has
+\\x1c-\\x1f too) and the ones that show nothing (zero-width spaces and joiners, variation
+selectors, fillers, tags, ...). The same set as the SQL's pgembed._has_text_v1
+(sql/definitions/20_capture.sql), which decides which rows have a text;
+tests/integration/test_search_sql.py checks that they agree on every code point.
+"""
+
+from __future__ import annotations
+
+import re
+
+# A bracket expression's body written with escapes that Python's re and PostgreSQL's regular
+# expressions read alike, so the SQL gets it as a bound value in any database encoding.
+BLANK = (
+    r"\t\n\v\f\r \u0085\u00a0\u00ad\u034f\u061c\u115f\u1160\u1680\u17b4\u17b5"
+    r"\u180b-\u180f\u2000-\u200f\u2028-\u202f\u205f-\u206f\u2800\u3000\u3164"
+    r"\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    r"\U000e0000-\U000e007f\U000e0100-\U000e01ef"
+)
+
+# The blank characters a text starts with, for PostgreSQL's substring(text, pattern).
+LEADING_BLANKS = f"^[{BLANK}]*"
+
+_VISIBLE = re.compile(f"[^{BLANK}]")
+
+
+def has_text(text: str) -> bool:
+    """Whether `text` has a character that is not blank: a row's text without one is not
+    embedded, and a query text without one is refused."""
+    return _VISIBLE.search(text) is not None
