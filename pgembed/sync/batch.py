@@ -105,7 +105,9 @@ def write_back(
         return _write_back(conn, claimed, result, config, seconds)
     except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected) as exc:
         with conn.transaction():
-            store.postpone(conn, claimed.spec.name, claimed.claims, BUSY_ROW_PAUSE_SECONDS)
+            postponed = store.postpone(
+                conn, claimed.spec.name, claimed.claims, BUSY_ROW_PAUSE_SECONDS
+            )
         log.warning(
             "model=%s batch of %d rows given back, to try again in %.0f s: %s",
             claimed.spec.name,
@@ -113,7 +115,7 @@ def write_back(
             BUSY_ROW_PAUSE_SECONDS,
             db.first_line(exc),
         )
-        return BatchResult(len(claimed.claims), 0, 0, postponed=len(claimed.claims))
+        return BatchResult(len(claimed.claims), 0, 0, postponed=postponed)
 
 
 def _write_back(
@@ -128,6 +130,7 @@ def _write_back(
     keys = [row.key for row in result.rows]
     md5s = [row.text_md5 for row in result.rows]
     held: set[str] = set()
+    postponed = 0
     owner: str | None = None
     try:
         with conn.transaction():
@@ -153,7 +156,7 @@ def _write_back(
                     store.write_chunks(conn, spec, written, result.chunks)
                 done = [c for c in claims if c.key not in failed_keys and c.key not in held]
                 store.complete(conn, spec.name, done)
-                store.postpone(
+                postponed = store.postpone(
                     conn, spec.name, [c for c in claims if c.key in held], BUSY_ROW_PAUSE_SECONDS
                 )
                 truncated = written & set(result.truncated)
@@ -185,7 +188,7 @@ def _write_back(
         seconds,
         len(claims) / max(seconds, 1e-9),
     )
-    return BatchResult(len(claims), len(written), len(result.failed), postponed=len(held))
+    return BatchResult(len(claims), len(written), len(result.failed), postponed=postponed)
 
 
 def release(conn: psycopg.Connection, claimed: Claimed) -> None:

@@ -164,7 +164,9 @@ def lock(
     (an application's open transaction updated, deleted or locked it) is skipped, not waited
     for: while the daemon waited, that transaction could go on to a row the daemon had locked,
     and PostgreSQL would end one of the two with `deadlock detected`. The locks keep the texts
-    until the commit, so the write that follows (write, write_as_owner) finds each unchanged one."""
+    until the commit, so the write that follows (write, write_as_owner) finds each unchanged one.
+    They are the UPDATE's own (FOR NO KEY UPDATE): a row that a transaction inserting rows that
+    reference it holds (FOR KEY SHARE) is written, not skipped."""
     if not keys:
         return {}
     order = sorted(range(len(keys)), key=lambda i: keys[i])
@@ -174,7 +176,7 @@ def lock(
         "JOIN ROWS FROM (pg_catalog.unnest(%s::pg_catalog.text[]), "
         "pg_catalog.unnest(%s::pg_catalog.text[])) AS v(key, text_md5) "
         "ON t.{key} OPERATOR(pg_catalog.=) v.key::{type} "
-        "ORDER BY v.key FOR UPDATE OF t SKIP LOCKED"
+        "ORDER BY v.key FOR NO KEY UPDATE OF t SKIP LOCKED"
     ).format(
         table=naming.table(spec),
         key=sql.Identifier(spec.key_column),
@@ -366,12 +368,14 @@ def release(conn: psycopg.Connection, model: str, claims: Sequence[Claim]) -> No
     conn.execute(sqlfiles.get("sync", "release"), _pairs(model, claims))
 
 
-def postpone(conn: psycopg.Connection, model: str, claims: Sequence[Claim], seconds: float) -> None:
+def postpone(conn: psycopg.Connection, model: str, claims: Sequence[Claim], seconds: float) -> int:
     """Hand claimed keys back for a try in `seconds`, not counted as a failed attempt: their rows
-    were held by another transaction at the write-back. Never waits (sync.sql says why)."""
-    if claims:
-        params = {**_pairs(model, claims), "seconds": seconds}
-        conn.execute(sqlfiles.get("sync", "postpone"), params)
+    were held by another transaction at the write-back. Never waits (sync.sql says why). Returns
+    how many were: a key whose row was deleted meanwhile has no queue entry left."""
+    if not claims:
+        return 0
+    params = {**_pairs(model, claims), "seconds": seconds}
+    return conn.execute(sqlfiles.get("sync", "postpone"), params).rowcount
 
 
 def fail(conn: psycopg.Connection, model: str, claim: Claim, error: str, max_attempts: int) -> bool:

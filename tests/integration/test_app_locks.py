@@ -44,7 +44,7 @@ def test_a_write_back_never_waits_for_a_row_the_application_holds(
         app.execute(statement)
         writing = pool.submit(batch.write_back, reviews, claimed, embedded, CONFIG, 1.0)
         with db.connection(db_url) as watcher:
-            # The earlier write-back locked rows 1-4, then waited for row 5.
+            # The earlier write-back locked rows 1-4, then waited for row 5 (deadlocking).
             wait_for(
                 lambda: writing.done() or waiting_for_a_lock(watcher, reviews.info.backend_pid),
                 30,
@@ -65,6 +65,24 @@ def test_a_write_back_never_waits_for_a_row_the_application_holds(
     assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
 
 
+def test_a_row_a_referencing_insert_holds_is_written_at_once(
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    # An open transaction that inserts a row referencing review 5 holds it FOR KEY SHARE, which
+    # the vector's UPDATE does not conflict with: it is written, not skipped and claimed again.
+    reviews.execute("CREATE TABLE votes (review integer NOT NULL REFERENCES reviews (id))")
+    claimed = batch.fetch(reviews, spec, CONFIG)
+    assert claimed is not None and len(claimed.rows) == 8
+    embedded = batch.embed(claimed, CONFIG)
+    with db.connection(db_url, autocommit=False) as app:
+        app.execute("INSERT INTO votes VALUES (5)")
+        result = batch.write_back(reviews, claimed, embedded, CONFIG, 1.0)
+        app.commit()
+    assert result.written == 8 and result.postponed == 0
+    assert_every_vector_matches_its_text(reviews)
+    assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+
+
 def test_a_write_back_that_waits_for_any_other_lock_gives_its_batch_back_soon(
     spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
 ) -> None:
@@ -81,7 +99,9 @@ def test_a_write_back_that_waits_for_any_other_lock_gives_its_batch_back_soon(
         waited = time.monotonic() - started
         app.execute("UPDATE reviews SET stars = 2 WHERE id = 2")  # one the daemon had locked
         app.commit()
-    assert (result.written, result.postponed, result.skipped) == (0, 8, 0)
+    # Row 3's entry is the application's to requeue (as an UPDATE's trigger would), so it is
+    # not postponed, as a row whose text changed is skipped; the others are.
+    assert (result.written, result.postponed, result.skipped) == (0, 7, 1)
     assert waited < 5, f"the write-back waited {waited:.1f} s"
     assert reviews.execute("SELECT count(embedding_minilm) FROM reviews").fetchone() == (0,)
     time.sleep(config.lease_seconds)  # row 3's entry, held at the give-back, keeps its lease
