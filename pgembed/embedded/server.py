@@ -48,10 +48,7 @@ def _start(pgdata: Path) -> str:
             _prepare(pgdata)
             found = wheel.adopt(pgdata)
         except Exception as exc:
-            log = pgdata / "log"
-            raise ConfigError(
-                f"cannot start the embedded PostgreSQL in {pgdata}: {exc} (server log: {log})"
-            ) from None
+            raise _cannot_start(pgdata, exc) from None
     # Runs before the wheel's exit handler (atexit is last in, first out): see _release.
     atexit.register(_release, pgdata)
     return found
@@ -64,9 +61,19 @@ def revive() -> None:
     if _url is None:
         return
     pgdata = data_dir()
-    with holders.locked():
-        if running_postmaster(pgdata) is None:
-            _prepare(pgdata)
+    try:
+        with holders.locked():
+            if running_postmaster(pgdata) is None:
+                _prepare(pgdata)
+    except Exception as exc:  # a daemon that brings it back must not die of an OSError
+        raise _cannot_start(pgdata, exc) from None
+
+
+def _cannot_start(pgdata: Path, exc: Exception) -> ConfigError:
+    log = pgdata / "log"
+    return ConfigError(
+        f"cannot start the embedded PostgreSQL in {pgdata}: {exc} (server log: {log})"
+    )
 
 
 def _release(pgdata: Path) -> None:
