@@ -280,6 +280,7 @@ def test_every_connection_in_use_is_503_busy(server: SearchServer, shop_url: str
             time.sleep(0.1)
         status, answer = call(f"{server.url}/search", body)
         others = {path: call(f"{server.url}{path}") for path in ("/healthz", "/models")}
+        _, home = call(f"{server.url}/")
         locker.rollback()  # the lock goes: the 8 are answered
         first = [future.result() for future in held]
     assert status == 503, answer
@@ -287,6 +288,7 @@ def test_every_connection_in_use_is_503_busy(server: SearchServer, shop_url: str
     for path, (code, said) in others.items():  # the database is fine: these say so too
         assert code == 503, (path, said)
         assert said["error"].startswith("the server is busy: all 8"), (path, said)
+    assert '<span id="down-why">the server is busy: all 8' in home, home
     assert [s for s, _ in first] == [200] * serve_api.POOL_SIZE
 
 

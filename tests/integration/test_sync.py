@@ -97,9 +97,14 @@ def test_long_text_is_truncated_and_counted(
     reviews.execute("UPDATE reviews SET body = 'short now' WHERE id = 60")
     worker.Worker(db_url, worker.Options(once=True)).run()
     assert reviews.execute("SELECT count(*) FROM pgembed.truncated").fetchone() == (1,)
-    # A text made blank has nothing left to cut: its mark goes at once, with its vector.
+    # A text made blank has nothing left to cut or to fail on: its mark and any failure record
+    # (here one left from an earlier text) go at once, with its vector.
+    reviews.execute(
+        "INSERT INTO pgembed.failures (model, key, attempts, error) VALUES ('minilm', '61', 5, 'x')"
+    )
     reviews.execute("UPDATE reviews SET body = '   ' WHERE id = 61")
     assert reviews.execute("SELECT count(*) FROM pgembed.truncated").fetchone() == (0,)
+    assert reviews.execute("SELECT count(*) FROM pgembed.failures").fetchone() == (0,)
 
 
 def test_a_text_led_by_pages_of_white_space_is_read_from_its_first_word(
