@@ -371,7 +371,8 @@ def release(conn: psycopg.Connection, model: str, claims: Sequence[Claim]) -> No
 def postpone(conn: psycopg.Connection, model: str, claims: Sequence[Claim], seconds: float) -> int:
     """Hand claimed keys back for a try in `seconds`, not counted as a failed attempt: their rows
     were held by another transaction at the write-back. Never waits (sync.sql says why). Returns
-    how many were: a key whose row was deleted meanwhile has no queue entry left."""
+    how many it handed back: a key whose row was deleted has no entry left, and one whose entry
+    the application's transaction holds (its trigger queued the key anew) is left to it."""
     if not claims:
         return 0
     params = {**_pairs(model, claims), "seconds": seconds}
