@@ -154,7 +154,8 @@ def backlog_lines(left: store.Backlog, *, stopped: bool = False) -> list[str]:
     if left.held:
         lines.append(
             f"{left.held} rows were locked by another transaction when their vectors were "
-            "written: `pgembed sync --once` again when it has ended"
+            "written: `pgembed sync --once` again when it has ended (they are ready again in "
+            f"{left.held_seconds:.0f} s)"
         )
     if left.waiting and stopped:
         lines.append(f"stopped: {left.waiting} rows still queued: `pgembed sync --once` again")

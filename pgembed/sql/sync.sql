@@ -66,11 +66,16 @@ WHERE q.model = %(model)s AND q.key = d.key AND q.seq = d.seq;
 
 -- name: postpone
 -- Hand claimed keys back for a later try (not counted as an attempt): their rows were held by
--- another transaction at the write-back. An entry that transaction holds itself (its capture
--- trigger queued the key anew) is skipped, not waited for: that update makes it ready at its
--- commit; at a rollback the entry comes back when its lease ends.
+-- another transaction at the write-back. The pause is half the time the key has been queued,
+-- from %(least)s to %(most)s seconds: each try of a row held for long waits longer, so it is not
+-- embedded again every second while it stays held. An entry that transaction holds itself (its
+-- capture trigger queued the key anew) is skipped, not waited for: that update makes it ready
+-- at its commit; at a rollback the entry comes back when its lease ends.
 UPDATE pgembed.queue q
-SET next_attempt_at = pg_catalog.now() + pg_catalog.make_interval(secs => %(seconds)s),
+SET next_attempt_at = pg_catalog.now() + pg_catalog.make_interval(secs => LEAST(
+        %(most)s::float8,
+        GREATEST(%(least)s::float8,
+                 EXTRACT(epoch FROM pg_catalog.now() - q.enqueued_at)::float8 / 2))),
     claimed_by = NULL
 FROM (SELECT p.ctid
       FROM pgembed.queue p,
@@ -182,6 +187,9 @@ SELECT
     pg_catalog.count(*) FILTER (WHERE leased AND live) AS leased,
     pg_catalog.count(*) FILTER (WHERE claimed_by IS NULL AND attempts = 0
                                 AND next_attempt_at > pg_catalog.now()) AS held,
+    extract(epoch FROM pg_catalog.max(next_attempt_at) FILTER (WHERE claimed_by IS NULL
+                                                               AND attempts = 0)
+                       - pg_catalog.now())::float AS held_seconds,
     pg_catalog.count(*) FILTER (WHERE NOT leased AND attempts = 0
                                 AND NOT (claimed_by IS NULL AND next_attempt_at > pg_catalog.now()))
     + (SELECT pg_catalog.count(*) FROM pgembed.inbox WHERE model = ANY(%(models)s)) AS waiting

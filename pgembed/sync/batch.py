@@ -21,9 +21,13 @@ from pgembed.sync.store import Claim, SourceRow
 
 log = logging.getLogger("pgembed.sync")
 
-# A row an application's transaction holds is tried again this much later, not waited for (a
-# wait can deadlock with that transaction); a retry sooner would embed it again while it is held.
+# A row an application's transaction holds is tried again later, not waited for (a wait can
+# deadlock with that transaction): after half the time its key has been queued, at least this
+# (a retry sooner would embed it again while it is held) and at most BUSY_ROW_MAX_PAUSE_SECONDS
+# (a row held by a long transaction is embedded again some 10 times in its first minute, then
+# once a minute, rather than at every pass).
 BUSY_ROW_PAUSE_SECONDS = 1.0
+BUSY_ROW_MAX_PAUSE_SECONDS = 60.0
 # Any other lock the write-back waits for longer than this gives its batch back: below
 # PostgreSQL's default deadlock_timeout (1 s), so in a deadlock with an application's
 # transaction that began waiting after the daemon, the daemon gives up first and the
@@ -40,7 +44,7 @@ class BatchResult:
     claimed: int
     written: int
     failed: int
-    postponed: int = 0  # rows another transaction held: tried again in BUSY_ROW_PAUSE_SECONDS
+    postponed: int = 0  # rows another transaction held: tried again later (store.postpone)
 
     @property
     def skipped(self) -> int:
@@ -105,14 +109,13 @@ def write_back(
         return _write_back(conn, claimed, result, config, seconds)
     except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected) as exc:
         with conn.transaction():
-            postponed = store.postpone(
-                conn, claimed.spec.name, claimed.claims, BUSY_ROW_PAUSE_SECONDS
-            )
+            postponed = _postpone(conn, claimed.spec.name, claimed.claims)
         log.warning(
-            "model=%s batch of %d rows given back, to try again in %.0f s: %s",
+            "model=%s batch of %d rows given back, to try again in %.0f-%.0f s: %s",
             claimed.spec.name,
             len(claimed.claims),
             BUSY_ROW_PAUSE_SECONDS,
+            BUSY_ROW_MAX_PAUSE_SECONDS,
             db.first_line(exc),
         )
         return BatchResult(len(claimed.claims), 0, 0, postponed=postponed)
@@ -156,9 +159,7 @@ def _write_back(
                     store.write_chunks(conn, spec, written, result.chunks)
                 done = [c for c in claims if c.key not in failed_keys and c.key not in held]
                 store.complete(conn, spec.name, done)
-                postponed = store.postpone(
-                    conn, spec.name, [c for c in claims if c.key in held], BUSY_ROW_PAUSE_SECONDS
-                )
+                postponed = _postpone(conn, spec.name, [c for c in claims if c.key in held])
                 truncated = written & set(result.truncated)
                 store.account(
                     conn, spec.name, config.worker_id, list(written), list(truncated), seconds
@@ -189,6 +190,10 @@ def _write_back(
         len(claims) / max(seconds, 1e-9),
     )
     return BatchResult(len(claims), len(written), len(result.failed), postponed=postponed)
+
+
+def _postpone(conn: psycopg.Connection, model: str, claims: list[Claim]) -> int:
+    return store.postpone(conn, model, claims, BUSY_ROW_PAUSE_SECONDS, BUSY_ROW_MAX_PAUSE_SECONDS)
 
 
 def release(conn: psycopg.Connection, claimed: Claimed) -> None:

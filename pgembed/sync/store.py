@@ -368,14 +368,17 @@ def release(conn: psycopg.Connection, model: str, claims: Sequence[Claim]) -> No
     conn.execute(sqlfiles.get("sync", "release"), _pairs(model, claims))
 
 
-def postpone(conn: psycopg.Connection, model: str, claims: Sequence[Claim], seconds: float) -> int:
-    """Hand claimed keys back for a try in `seconds`, not counted as a failed attempt: their rows
-    were held by another transaction at the write-back. Never waits (sync.sql says why). Returns
-    how many it handed back: a key whose row was deleted has no entry left, and one whose entry
-    the application's transaction holds (its trigger queued the key anew) is left to it."""
+def postpone(
+    conn: psycopg.Connection, model: str, claims: Sequence[Claim], least: float, most: float
+) -> int:
+    """Hand claimed keys back for a try after half the time each has been queued, from `least`
+    to `most` seconds, not counted as a failed attempt: their rows were held by another
+    transaction at the write-back. Never waits (sync.sql says why). Returns how many it handed
+    back: a key whose row was deleted has no entry left, and one whose entry the application's
+    transaction holds (its trigger queued the key anew) is left to it."""
     if not claims:
         return 0
-    params = {**_pairs(model, claims), "seconds": seconds}
+    params = {**_pairs(model, claims), "least": least, "most": most}
     return conn.execute(sqlfiles.get("sync", "postpone"), params).rowcount
 
 
@@ -441,15 +444,24 @@ class Backlog:
     orphaned_seconds: float  # until the last of those leases ends
     leased: int  # held by another worker that is still connected
     held: int  # their rows were held by another transaction at the write-back (postpone)
+    held_seconds: float  # until the last of those is tried again
     waiting: int  # came in meanwhile: neither tried nor leased
 
 
 def backlog(conn: psycopg.Connection, models: Sequence[str]) -> Backlog:
     row = conn.execute(sqlfiles.get("sync", "backlog"), {"models": list(models)}).fetchone()
     if row is None:
-        return Backlog(0, 0, 0.0, 0, 0, 0)
-    retrying, orphaned, seconds, leased, held, waiting = row
-    return Backlog(retrying, orphaned, max(0.0, seconds or 0.0), leased, held, waiting)
+        return Backlog(0, 0, 0.0, 0, 0, 0.0, 0)
+    retrying, orphaned, seconds, leased, held, held_seconds, waiting = row
+    return Backlog(
+        retrying,
+        orphaned,
+        max(0.0, seconds or 0.0),
+        leased,
+        held,
+        max(0.0, held_seconds or 0.0),
+        waiting,
+    )
 
 
 def require_primary(conn: psycopg.Connection) -> None:

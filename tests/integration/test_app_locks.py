@@ -13,7 +13,7 @@ from daemon_helpers import assert_every_vector_matches_its_text, wait_for
 from helpers import cli
 from pgembed import db
 from pgembed.catalog import registry
-from pgembed.sync import batch, worker
+from pgembed.sync import batch, store, worker
 
 CONFIG = batch.BatchConfig(worker_id="w1", claim_size=100, lease_seconds=60, max_attempts=5)
 
@@ -30,6 +30,14 @@ HOLDS = {
 def waiting_for_a_lock(conn: psycopg.Connection, pid: int) -> bool:
     row = conn.execute("SELECT pg_catalog.pg_blocking_pids(%s) <> '{}'", (pid,)).fetchone()
     return bool(row and row[0])
+
+
+def sleep_until_due(conn: psycopg.Connection) -> None:
+    """Until every postponed key may be claimed again (the pause grows with the key's age)."""
+    row = conn.execute(
+        "SELECT extract(epoch FROM max(next_attempt_at) - now())::float FROM pgembed.queue"
+    ).fetchone()
+    time.sleep(max(0.0, (row[0] if row else None) or 0.0) + 0.1)
 
 
 @pytest.mark.parametrize("hold", HOLDS)
@@ -57,7 +65,7 @@ def test_a_write_back_never_waits_for_a_row_the_application_holds(
         result = writing.result(timeout=30)
     assert result.written == 7
     # Row 5's key is given back, not lost: the next pass writes what it holds now.
-    time.sleep(batch.BUSY_ROW_PAUSE_SECONDS)
+    sleep_until_due(reviews)
     worker.Worker(db_url, worker.Options(once=True)).run()
     assert_every_vector_matches_its_text(reviews)
     left = reviews.execute("SELECT count(*) FROM reviews WHERE id = 5").fetchone()
@@ -123,7 +131,33 @@ def test_sync_once_says_which_rows_another_transaction_held(
         "1 rows were locked by another transaction when their vectors were written: "
         "`pgembed sync --once` again when it has ended"
     ) in result.output
-    time.sleep(batch.BUSY_ROW_PAUSE_SECONDS)
+    assert "(they are ready again in " in result.output
+    sleep_until_due(reviews)
     again = cli("--database-url", db_url, "sync", "--once")
     assert "synced: 1 written" in again.output, again.output
     assert_every_vector_matches_its_text(reviews)
+
+
+def test_a_row_held_for_long_waits_longer_each_time(
+    spec: registry.ModelSpec, reviews: psycopg.Connection
+) -> None:
+    """The pause is half the time the key has been queued, from 1 s to a minute: a row an
+    application holds for long is not embedded again at every pass."""
+    claims = store.claim(reviews, "minilm", "w1", 10, 60)
+    ages = {"1": 0, "2": 30, "3": 600}  # seconds each key has been queued
+    for key, age in ages.items():
+        reviews.execute(
+            "UPDATE pgembed.queue SET enqueued_at = now() - make_interval(secs => %s) "
+            "WHERE key = %s",
+            (age, key),
+        )
+    held = [c for c in claims if c.key in ages]
+    assert store.postpone(reviews, "minilm", held, 1.0, 60.0) == 3
+    pauses: dict[str, float] = dict(
+        reviews.execute(
+            "SELECT key, extract(epoch FROM next_attempt_at - now())::float FROM pgembed.queue "
+            "WHERE key = ANY(%s) AND claimed_by IS NULL",
+            (list(ages),),
+        ).fetchall()
+    )
+    assert pauses == pytest.approx({"1": 1.0, "2": 15.0, "3": 60.0}, abs=0.5)
