@@ -173,8 +173,10 @@ WITH live AS (
     SELECT coalesce(pg_catalog.array_agg(application_name), '{}') AS names
     FROM pg_catalog.pg_stat_activity WHERE application_name LIKE 'pgembed worker %%'
 ), q AS (
-    SELECT attempts, next_attempt_at, claimed_by,
+    SELECT attempts, next_attempt_at,
            claimed_by IS NOT NULL AND next_attempt_at > pg_catalog.now() AS leased,
+           claimed_by IS NULL AND attempts = 0 AND next_attempt_at > pg_catalog.now()
+               AS postponed,
            coalesce('pgembed worker ' || pg_catalog.right(claimed_by, 8) = ANY (live.names), false)
                AS live
     FROM pgembed.queue, live WHERE model = ANY(%(models)s)
@@ -185,13 +187,10 @@ SELECT
     extract(epoch FROM pg_catalog.max(next_attempt_at) FILTER (WHERE leased AND NOT live)
                        - pg_catalog.now())::float AS orphaned_seconds,
     pg_catalog.count(*) FILTER (WHERE leased AND live) AS leased,
-    pg_catalog.count(*) FILTER (WHERE claimed_by IS NULL AND attempts = 0
-                                AND next_attempt_at > pg_catalog.now()) AS held,
-    extract(epoch FROM pg_catalog.max(next_attempt_at) FILTER (WHERE claimed_by IS NULL
-                                                               AND attempts = 0)
+    pg_catalog.count(*) FILTER (WHERE postponed) AS held,
+    extract(epoch FROM pg_catalog.max(next_attempt_at) FILTER (WHERE postponed)
                        - pg_catalog.now())::float AS held_seconds,
-    pg_catalog.count(*) FILTER (WHERE NOT leased AND attempts = 0
-                                AND NOT (claimed_by IS NULL AND next_attempt_at > pg_catalog.now()))
+    pg_catalog.count(*) FILTER (WHERE NOT leased AND NOT postponed AND attempts = 0)
     + (SELECT pg_catalog.count(*) FROM pgembed.inbox WHERE model = ANY(%(models)s)) AS waiting
 FROM q;
 

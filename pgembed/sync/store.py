@@ -83,8 +83,7 @@ def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list
     query = sql.SQL(
         "SELECT t.{key}::text, pg_catalog.substr({text}, 1 OPERATOR(pg_catalog.+) "
         "pg_catalog.length(pg_catalog.substring(pg_catalog.left({text}, %s::integer), %s)), "
-        "%s::integer), "
-        "pg_catalog.md5({text}) "
+        "%s::integer), pg_catalog.md5({text}) "
         "FROM {table} t WHERE t.{key} OPERATOR(pg_catalog.=) ANY(%s::{type}[]) "
         "AND pgembed._has_text_v1(({text})::pg_catalog.text)"
     ).format(
