@@ -17,6 +17,7 @@ from pgembed.encode import embedder
 from pgembed.encode.settings import runtime_settings
 from pgembed.sync import store
 from pgembed.sync.isolate import Embedded, embed_rows
+from pgembed.sync.leases import Held
 from pgembed.sync.store import Claim, SourceRow
 
 log = logging.getLogger("pgembed.sync")
@@ -94,6 +95,7 @@ def write_back(
     result: Embedded,
     config: BatchConfig,
     seconds: float,
+    leased: Held | None = None,
 ) -> BatchResult:
     """Write the vectors whose text is unchanged, complete the claims, record failures.
 
@@ -104,12 +106,16 @@ def write_back(
     A table whose owner is another role (not a superuser) is written as that owner
     (catalog/trust.py): its rows are locked first, the daemon's own work comes next, and the
     owner's write last, so nothing of the daemon's runs in the session after the owner's code
-    until clean_session has put it right."""
+    until clean_session has put it right.
+
+    `leased` holds the worker's leased batches: no renewal of their leases runs beside a
+    postpone (Held.no_renewal)."""
+    leased = leased if leased is not None else Held()
     try:
-        return _write_back(conn, claimed, result, config, seconds)
+        return _write_back(conn, claimed, result, config, seconds, leased)
     except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected) as exc:
         with conn.transaction():
-            postponed = _postpone(conn, claimed.spec.name, claimed.claims)
+            postponed = _postpone(conn, claimed.spec.name, claimed.claims, leased)
         log.warning(
             "model=%s batch of %d rows given back, to try again in %.0f-%.0f s: %s",
             claimed.spec.name,
@@ -127,6 +133,7 @@ def _write_back(
     result: Embedded,
     config: BatchConfig,
     seconds: float,
+    leased: Held,
 ) -> BatchResult:
     spec, claims = claimed.spec, claimed.claims
     failed_keys = {row.key for row, _ in result.failed}
@@ -159,7 +166,8 @@ def _write_back(
                     store.write_chunks(conn, spec, written, result.chunks)
                 done = [c for c in claims if c.key not in failed_keys and c.key not in held]
                 store.complete(conn, spec.name, done)
-                postponed = _postpone(conn, spec.name, [c for c in claims if c.key in held])
+                busy = [c for c in claims if c.key in held]
+                postponed = _postpone(conn, spec.name, busy, leased)
                 truncated = written & set(result.truncated)
                 store.account(
                     conn, spec.name, config.worker_id, list(written), list(truncated), seconds
@@ -192,8 +200,13 @@ def _write_back(
     return BatchResult(len(claims), len(written), len(result.failed), postponed=postponed)
 
 
-def _postpone(conn: psycopg.Connection, model: str, claims: list[Claim]) -> int:
-    return store.postpone(conn, model, claims, BUSY_ROW_PAUSE_SECONDS, BUSY_ROW_MAX_PAUSE_SECONDS)
+def _postpone(conn: psycopg.Connection, model: str, claims: list[Claim], leased: Held) -> int:
+    if not claims:
+        return 0
+    with leased.no_renewal():
+        return store.postpone(
+            conn, model, claims, BUSY_ROW_PAUSE_SECONDS, BUSY_ROW_MAX_PAUSE_SECONDS
+        )
 
 
 def release(conn: psycopg.Connection, claimed: Claimed) -> None:

@@ -11,7 +11,8 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import psycopg
 
@@ -29,6 +30,10 @@ class Held:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._batches: list[tuple[str, Sequence[Claim]]] = []
+        # Held by the keeper while its renewal runs. store.postpone skips a queue entry it finds
+        # locked (the application's transaction may hold it): one a renewal had locked at that
+        # moment would wait out its lease (a minute) instead of its pause.
+        self._renewing = threading.Lock()
 
     def add(self, model: str, claims: Sequence[Claim]) -> None:
         with self._lock:
@@ -46,6 +51,22 @@ class Held:
     def pairs(self) -> list[tuple[str, Claim]]:
         with self._lock:
             return [(model, claim) for model, claims in self._batches for claim in claims]
+
+    @contextmanager
+    def renewing(self) -> Iterator[None]:
+        with self._renewing:
+            yield
+
+    @contextmanager
+    def no_renewal(self, timeout: float = 2.0) -> Iterator[None]:
+        """No renewal runs inside: wait for one in flight (a single short statement that waits
+        for no row lock), at most `timeout` seconds, then go on regardless."""
+        got = self._renewing.acquire(timeout=timeout)
+        try:
+            yield
+        finally:
+            if got:
+                self._renewing.release()
 
 
 class Keeper:
@@ -101,9 +122,10 @@ class Keeper:
     def _tick(self) -> None:
         if self._conn is None or self._conn.closed:
             self._conn = self._connect()
-        pairs = self.held.pairs()
-        if pairs:
-            store.renew(self._conn, self._worker_id, pairs, self._lease)
+        with self.held.renewing():
+            pairs = self.held.pairs()
+            if pairs:
+                store.renew(self._conn, self._worker_id, pairs, self._lease)
         if time.monotonic() - self._last_beat >= self._heartbeat:
             self._beat(self._conn)
 

@@ -124,7 +124,9 @@ class Pipeline:
             with sharing.database_working() if self._local else nullcontext():
                 stored = self._guarded(
                     claimed.spec,
-                    partial(write_back, self._conn, claimed, result, self._config, seconds),
+                    partial(
+                        write_back, self._conn, claimed, result, self._config, seconds, self._held
+                    ),
                 )
         finally:
             self._held.drop(claimed.claims)

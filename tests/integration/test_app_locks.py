@@ -3,6 +3,7 @@ never waits for a row the application holds, so the two never deadlock, and no r
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,7 +14,7 @@ from daemon_helpers import assert_every_vector_matches_its_text, wait_for
 from helpers import cli
 from pgembed import db
 from pgembed.catalog import registry
-from pgembed.sync import batch, store, worker
+from pgembed.sync import batch, leases, store, worker
 
 CONFIG = batch.BatchConfig(worker_id="w1", claim_size=100, lease_seconds=60, max_attempts=5)
 
@@ -161,3 +162,36 @@ def test_a_row_held_for_long_waits_longer_each_time(
         ).fetchall()
     )
     assert pauses == pytest.approx({"1": 1.0, "2": 15.0, "3": 60.0}, abs=0.5)
+
+
+def test_a_renewal_in_flight_does_not_make_a_held_row_wait_for_its_lease(
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    """The keeper's renewal locks the worker's queue entries for a moment; a postpone at that
+    moment skipped them as if the application held them, and the key waited out its lease."""
+    claimed = batch.fetch(reviews, spec, CONFIG)
+    assert claimed is not None and len(claimed.rows) == 8
+    embedded = batch.embed(claimed, CONFIG)
+    held = leases.Held()
+    renewal_began = threading.Event()
+
+    def renew_slowly() -> None:  # as Keeper._tick's renewal, its statement slowed down
+        with held.renewing(), db.connection(db_url, autocommit=False) as keeper:
+            keeper.execute("SELECT 1 FROM pgembed.queue WHERE key = '5' FOR UPDATE")
+            renewal_began.set()
+            time.sleep(0.5)
+            keeper.commit()
+
+    with db.connection(db_url, autocommit=False) as app, ThreadPoolExecutor(1) as pool:
+        app.execute("SELECT 1 FROM reviews WHERE id = 5 FOR UPDATE")
+        renewal = pool.submit(renew_slowly)
+        assert renewal_began.wait(30)
+        result = batch.write_back(reviews, claimed, embedded, CONFIG, 1.0, held)
+        app.commit()
+        renewal.result(timeout=30)
+    assert (result.written, result.postponed) == (7, 1)
+    pause = reviews.execute(
+        "SELECT extract(epoch FROM next_attempt_at - now())::float FROM pgembed.queue "
+        "WHERE key = '5' AND claimed_by IS NULL"
+    ).fetchone()
+    assert pause is not None and pause[0] < 2 * batch.BUSY_ROW_PAUSE_SECONDS
