@@ -355,9 +355,12 @@ class Api:
             for hit in hits:
                 hit["row"] = {}
             return
+        # Matched to the hits by position, not by text: PostgreSQL's text of a key (a
+        # timestamptz, a float) need not be Python's str() of it, which the cast still reads.
         statement = sql.SQL(
-            "SELECT t.{key}::text, pg_catalog.jsonb_build_object({pairs}) FROM {table} t "
-            "WHERE t.{key} OPERATOR(pg_catalog.=) ANY(%s::text[]::{type}[])"
+            "SELECT k.i, pg_catalog.jsonb_build_object({pairs}) "
+            "FROM pg_catalog.unnest(%s::text[]::{type}[]) WITH ORDINALITY AS k(v, i) "
+            "JOIN {table} t ON t.{key} OPERATOR(pg_catalog.=) k.v"
         ).format(
             key=sql.Identifier(spec.key_column),
             pairs=sql.SQL(", ").join(
@@ -368,9 +371,9 @@ class Api:
         )
         keys = [str(hit["key"]) for hit in hits]
         found = await plan.execute_async(pool, _fetch_plan(plan.Fetch(statement, (keys,))))
-        by_key = dict(found)
-        for hit in hits:
-            hit["row"] = by_key.get(str(hit["key"]), {})
+        by_position = dict(found)
+        for i, hit in enumerate(hits, start=1):
+            hit["row"] = by_position.get(i, {})
 
 
 def _servable(conn: psycopg.Connection) -> list[ModelSpec]:

@@ -24,7 +24,7 @@ import pytest
 from psycopg import sql
 from roles_helpers import as_role, role_maker
 
-from helpers import REVIEWS, database_name, with_database
+from helpers import REVIEWS, cli, database_name, with_database
 from pgembed import db
 from pgembed.catalog import registry
 from pgembed.lifecycle import models
@@ -667,3 +667,52 @@ def test_replies_go_out_without_waiting_for_a_delayed_ack(server: SearchServer) 
         assert nodelay == [1], nodelay  # the server's end of this one connection
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize(
+    ("key_type", "keys"),
+    [
+        ("timestamptz", ["2021-03-19 00:15:23.5+00", "2021-03-19 00:15:24+00"]),
+        ("float8", ["1", "2.5e-07"]),
+    ],
+)
+def test_rows_are_found_for_keys_whose_text_python_writes_otherwise(
+    shop_url: str, key_type: str, keys: list[str]
+) -> None:
+    """A hit's "row" was matched by text: PostgreSQL's `1` and `...23.5+00` against Python's
+    `1.0` and `...23.500000+00:00` found nothing, and the hit came back with an empty row."""
+    with db.connection(shop_url) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE keyed (k {} PRIMARY KEY, body text, rating int)").format(
+                sql.SQL(key_type)
+            )
+        )
+        for n, key in enumerate(keys, start=1):
+            conn.execute(
+                "INSERT INTO keyed VALUES (%s, %s, %s)", (key, f"A great movie, part {n}", n)
+            )
+    assert (
+        cli(
+            "--database-url",
+            shop_url,
+            "model",
+            "add",
+            "keyed",
+            "--table",
+            "keyed",
+            "--column",
+            "body",
+        ).exit_code
+        == 0
+    )
+    worker.Worker(shop_url, worker.Options(once=True)).run()
+    served = SearchServer(Api(shop_url), "127.0.0.1", 0)
+    served.start()
+    try:
+        status, answer = call(
+            f"{served.url}/search", {"text": "a great movie", "model": "keyed", "k": 2, "row": True}
+        )
+    finally:
+        served.stop()
+    assert status == 200, answer
+    assert sorted(hit["row"]["rating"] for hit in answer["hits"]) == [1, 2], answer
