@@ -249,6 +249,32 @@ def test_the_plain_sql_recipe_returns_k_rows_best_first(
 # --- bad filter values: named, and explained (issue 25) ------------------------------------------
 
 
+def test_fixed_width_character_and_bit_columns_filter_on_their_whole_value(
+    real: psycopg.Connection, queries: list[Vector]
+) -> None:
+    """`character(2)` and `bit(3)` without their length are one character or bit: a value of
+    the column's width was refused (or, cast, cut to its first character)."""
+    with real.transaction(force_rollback=True):
+        real.execute(
+            "ALTER TABLE reviews ADD COLUMN code character(2), ADD COLUMN flags bit(3), "
+            "ADD COLUMN codes character(2)[]"
+        )
+        real.execute(
+            "UPDATE reviews SET code = CASE WHEN id % 2 = 0 THEN 'ab' ELSE 'a' END, "
+            "flags = CASE WHEN id % 3 = 0 THEN B'101' ELSE B'100' END, codes = ARRAY['xy']"
+        )
+        cases: list[tuple[dict[str, Any], str]] = [
+            ({"code": "ab"}, "code = 'ab'"),
+            ({"code": {"$in": ["ab", "zz"]}}, "code = 'ab'"),
+            ({"code": "a"}, "code = 'a'"),
+            ({"flags": "101"}, "flags = B'101'"),
+            ({"codes": {"$eq": "{xy}"}}, "true"),
+        ]
+        for filter, where in cases:
+            found = search(real, queries[0], filter)
+            assert [key for key, _ in found] == exact(real, queries[0], where), filter
+
+
 def test_a_value_of_the_wrong_type_names_its_column(
     real_url: str, real: psycopg.Connection, queries: list[Vector]
 ) -> None:

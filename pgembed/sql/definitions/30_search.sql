@@ -120,9 +120,16 @@ END
 $fn$;
 
 -- The type of a column of the model's table without its modifier (a cast to it never truncates).
+-- Without a length, `character` and `bit` mean one character or bit: their values are read as
+-- `bpchar` and `varbit`, of any length, which compare with the column's.
 CREATE OR REPLACE FUNCTION pgembed._column_type_v1(m pgembed.models, col text) RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT format_type(a.atttypid, NULL)
+    SELECT CASE a.atttypid
+               WHEN 'pg_catalog.bpchar'::regtype THEN 'bpchar'
+               WHEN 'pg_catalog._bpchar'::regtype THEN 'bpchar[]'
+               WHEN 'pg_catalog.bit'::regtype THEN 'bit varying'
+               WHEN 'pg_catalog._bit'::regtype THEN 'bit varying[]'
+               ELSE format_type(a.atttypid, NULL) END
     FROM pg_attribute a
     WHERE a.attrelid = to_regclass(format('%I.%I', m.table_schema, m.table_name))
       AND a.attname = col AND a.attnum > 0 AND NOT a.attisdropped
