@@ -22,9 +22,17 @@ BLANK = (
 LEADING_BLANKS = f"^[{BLANK}]*"
 
 _VISIBLE = re.compile(f"[^{BLANK}]")
+_LEADING = re.compile(LEADING_BLANKS)
 
 
 def has_text(text: str) -> bool:
     """Whether `text` has a character that is not blank: a row's text without one is not
     embedded, and a query text without one is refused."""
     return _VISIBLE.search(text) is not None
+
+
+def from_first_word(text: str) -> str:
+    """`text` from its first character that is not blank, as the sync worker reads a row
+    (sync/store.py): else a text led by more blanks than the model reads is embedded empty."""
+    found = _LEADING.match(text)
+    return text[found.end() :] if found else text

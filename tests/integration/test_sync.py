@@ -4,6 +4,7 @@ import numpy as np
 import psycopg
 
 from helpers import REVIEWS, cli
+from pgembed import Client
 from pgembed.catalog import registry
 from pgembed.encode import embedder
 from pgembed.sync import store, worker
@@ -118,6 +119,13 @@ def test_a_text_led_by_pages_of_white_space_is_read_from_its_first_word(
     worker.Worker(db_url, worker.Options(once=True)).run()
     np.testing.assert_allclose(vectors(reviews)[70], expected([words])[0], atol=1e-5)  # type: ignore[arg-type]  # None fails
     assert reviews.execute("SELECT count(*) FROM pgembed.truncated").fetchone() == (0,)
+    # The row's own text, given as a query or to embed, is read alike: it was cut to its blanks.
+    with Client(db_url) as client:
+        np.testing.assert_allclose(
+            client.embed("minilm", [blanks + words])[0], expected([words])[0], atol=1e-5
+        )
+        hits = client.search("minilm", blanks[:9000] + words, k=1)  # queries: 10,000 at most
+    assert hits[0].key == 70 and hits[0].similarity > 0.999
 
 
 def test_status_reports_progress(spec: registry.ModelSpec, db_url: str) -> None:
