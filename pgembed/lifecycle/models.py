@@ -114,7 +114,7 @@ def add(
     columns = text_columns(request.column)
     key = naming.identifier("key column", request.key) if request.key is not None else None
     if registry.exists(conn, name):
-        raise UsageError(f"model {name!r} already exists: see `pgembed model list`")
+        raise UsageError(_exists(conn, name))
     info = tables.watchable(tables.inspect(conn, schema, table))
     for column in columns:
         tables.text_column(info, column)
@@ -355,3 +355,17 @@ def alter_precision(conn: psycopg.Connection, name: str, requested: str) -> Mode
     if not registry.set_precision(conn, altered):
         raise UsageError(f"model {name!r} changed while its precision was checked: run it again")
     return altered
+
+
+def _exists(conn: psycopg.Connection, name: str) -> str:
+    """Why `model add NAME` is refused, and what finishes a model an interrupted `model add
+    --backfill` left without its index (its setup is done: running it again cannot resume)."""
+    spec = registry.get(conn, name)
+    index = ddl.index_valid(conn, spec.table_schema, naming.index_name(spec))
+    if tables.exists(conn, spec.table_schema, spec.table_name) and index is not True:
+        return (
+            f"model {name!r} already exists, without its HNSW index (an interrupted `model add "
+            f"--backfill`?): `pgembed sync` embeds its queued rows and `pgembed reindex {name} "
+            "--index-only` builds the index"
+        )
+    return f"model {name!r} already exists: see `pgembed model list`"

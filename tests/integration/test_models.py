@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from helpers import cli
-from pgembed.catalog import registry
+from pgembed.catalog import naming, registry
 from pgembed.encode import embedder
 from pgembed.encode.settings import settings_of
 from pgembed.errors import ModelLoadError, NotFoundError, UsageError
@@ -213,4 +213,12 @@ def test_cli_add_reports_and_refuses_duplicates(reviews: psycopg.Connection, db_
         "--database-url", db_url, "model", "add", "minilm", "--table", "reviews", "--column", "body"
     )
     assert again.exit_code == 2
-    assert "already exists" in again.output
+    assert "already exists: see `pgembed model list`" in again.output
+    # As an interrupted `model add --backfill` leaves it: set up, its index not yet built.
+    reviews.execute("DROP INDEX " + naming.index_name(registry.get(reviews, "minilm")))
+    resumed = cli(
+        "--database-url", db_url, "model", "add", "minilm", "--table", "reviews", "--column", "body"
+    )
+    assert resumed.exit_code == 2
+    assert "already exists, without its HNSW index" in resumed.output
+    assert "`pgembed reindex minilm --index-only` builds the index" in resumed.output
