@@ -361,6 +361,10 @@ def test_helper_errors_are_clear(shop: psycopg.Connection) -> None:
     shop.execute("INSERT INTO reviews VALUES (1000, 'p', 'phones', 3, 'queued, not embedded yet')")
     with pytest.raises(psycopg.Error, match="has no vector yet: run `pgembed sync`"):
         shop.execute("SELECT * FROM pgembed.similar('minilm', '1000')")
+    # A blank text is never embedded: `pgembed sync` would not help.
+    shop.execute("INSERT INTO reviews VALUES (1001, 'p', 'phones', 3, ' \u200b ')")
+    with pytest.raises(psycopg.Error, match="has no text to embed"):
+        shop.execute("SELECT * FROM pgembed.similar('minilm', '1001')")
 
 
 def test_similar_excludes_the_row_itself(shop: psycopg.Connection) -> None:

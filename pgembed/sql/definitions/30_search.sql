@@ -412,15 +412,20 @@ DECLARE
     found integer;
 BEGIN
     -- A record, not a variable of type vector: that name would resolve through search_path.
-    EXECUTE format('SELECT t.%1$I AS v FROM %2$I.%3$I t WHERE t.%4$I = $1::%5$s',
+    EXECUTE format('SELECT t.%1$I AS v, pgembed._has_text_v1(%6$s) AS has_text '
+                   'FROM %2$I.%3$I t WHERE t.%4$I = $1::%5$s',
                    m.embedding_column, m.table_schema, m.table_name, m.key_column,
-                   pgembed._column_type_v1(m, m.key_column))
+                   pgembed._column_type_v1(m, m.key_column), pgembed._text_v1(m.text_columns, 't'))
         INTO found_row USING row_key;
     GET DIAGNOSTICS found = ROW_COUNT;
     IF found = 0 THEN
         RAISE EXCEPTION 'model %: table %.% has no row with % = %', m.name,
             quote_ident(m.table_schema), quote_ident(m.table_name), quote_ident(m.key_column),
             to_json(row_key)::text USING ERRCODE = 'no_data_found';
+    ELSIF found_row.v IS NULL AND NOT coalesce(found_row.has_text, false) THEN
+        RAISE EXCEPTION 'model %: row % = % has no text to embed (blank or NULL), so no vector',
+            m.name, quote_ident(m.key_column), to_json(row_key)::text
+            USING ERRCODE = 'no_data_found';
     ELSIF found_row.v IS NULL THEN
         RAISE EXCEPTION 'model %: row % = % has no vector yet: run `pgembed sync`', m.name,
             quote_ident(m.key_column), to_json(row_key)::text USING ERRCODE = 'no_data_found';
