@@ -249,15 +249,21 @@ def _unit(vectors: Vectors) -> Vectors:
 
 
 def sample_texts(
-    conn: psycopg.Connection, schema: str, table: str, column: str, limit: int = SAMPLE_SIZE
+    conn: psycopg.Connection,
+    schema: str,
+    table: str,
+    text: str | sql.Composable,
+    limit: int = SAMPLE_SIZE,
 ) -> list[str]:
-    """Up to `limit` non-blank texts of the table, topped up with built-in sentences if few.
+    """Up to `limit` texts of the table that are not blank, topped up with built-in sentences if
+    few. `text`: a column, or the expression of the text a model embeds (naming.text_expression:
+    several columns joined), so the check reads what the model will.
 
     Each is cut to _SAMPLE_CHARS in the database: a huge row never reaches Python whole."""
+    expression = sql.Identifier(text) if isinstance(text, str) else text
     query = sql.SQL(
-        "SELECT pg_catalog.left({c}, %s::integer) FROM {t} "
-        "WHERE pg_catalog.btrim({c}) <> '' LIMIT %s"
-    ).format(c=sql.Identifier(column), t=sql.Identifier(schema, table))
+        "SELECT pg_catalog.left({c}, %s::integer) FROM {t} WHERE pgembed._has_text_v1({c}) LIMIT %s"
+    ).format(c=expression, t=sql.Identifier(schema, table))
     texts = [str(row[0]) for row in conn.execute(query, (_SAMPLE_CHARS, limit))]
     if len(texts) < _MIN_TABLE_SAMPLE:
         texts += builtin_sample()[: limit - len(texts)]

@@ -315,7 +315,9 @@ def precision_for(
     return precision.choose(
         settings_of(spec, hardware.resolve_device("auto")),
         requested,
-        precision.sample_texts(conn, spec.table_schema, spec.table_name, spec.text_column),
+        precision.sample_texts(
+            conn, spec.table_schema, spec.table_name, naming.text_expression(spec)
+        ),
         say,
     )
 

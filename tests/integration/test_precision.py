@@ -11,7 +11,7 @@ import pytest
 
 from helpers import cli, run_batch
 from pgembed import db
-from pgembed.catalog import registry
+from pgembed.catalog import naming, registry
 from pgembed.encode import embedder, hardware, precision
 from pgembed.encode.settings import settings_of
 from pgembed.errors import UsageError
@@ -116,6 +116,21 @@ def test_sample_is_the_tables_texts_topped_up_when_few(reviews: psycopg.Connecti
     assert few[0] == "The battery dies before lunch, I have to charge it twice a day."
     assert len(few) == precision.SAMPLE_SIZE
     assert few[1:] == precision.builtin_sample()[: precision.SAMPLE_SIZE - 1]
+
+
+def test_sample_of_a_model_on_two_columns_is_the_text_it_embeds(
+    reviews: psycopg.Connection, spec: registry.ModelSpec
+) -> None:
+    """The first column alone was sampled: a precision was checked on texts unlike the model's."""
+    reviews.execute("ALTER TABLE reviews ADD COLUMN title text")
+    reviews.execute("UPDATE reviews SET title = 'Title ' || id, body = NULL WHERE id = 1")
+    both = replace(spec, text_columns=("title", "body"))
+    texts = precision.sample_texts(reviews, "public", "reviews", naming.text_expression(both))
+    joined = reviews.execute(
+        "SELECT coalesce(title, '') || E'\\n' || coalesce(body, '') FROM reviews"
+    ).fetchall()
+    assert sorted(texts) == sorted(text for (text,) in joined)
+    assert "Title 1\n" in texts  # a text of one column: not blank
 
 
 def stored_vectors(conn: psycopg.Connection) -> dict[int, np.ndarray]:
