@@ -275,6 +275,28 @@ def test_fixed_width_character_and_bit_columns_filter_on_their_whole_value(
             assert [key for key, _ in found] == exact(real, queries[0], where), filter
 
 
+def test_in_with_null_lists_and_array_columns(
+    real: psycopg.Connection, queries: list[Vector]
+) -> None:
+    """`$in` with a null matches the NULL rows too, as `{"col": null}` does (it matched none); a
+    list given without `$in` and `$in` on an array column are errors that say so (a list was
+    compared as its JSON text, and matched nothing)."""
+    with real.transaction(force_rollback=True):
+        real.execute("ALTER TABLE reviews ADD COLUMN maybe integer, ADD COLUMN tags text[]")
+        real.execute("UPDATE reviews SET maybe = nullif(id % 3, 0), tags = ARRAY['x']")
+        found = search(real, queries[0], {"maybe": {"$in": [1, None]}}, k=K)
+        assert [key for key, _ in found] == exact(real, queries[0], "maybe = 1 OR maybe IS NULL")
+        cases: list[tuple[dict[str, Any], str]] = [
+            ({"cat": [1, 2]}, 'filter on "cat": $eq needs one value, not a JSON array'),
+            ({"cat": {"$gt": {"a": 1}}}, 'filter on "cat": $gt needs one value, not a JSON obj'),
+            ({"tags": {"$in": ["{x}"]}}, 'filter on "tags": $in on an array column'),
+        ]
+        for filter, message in cases:
+            with pytest.raises(psycopg.errors.InvalidParameterValue) as caught, real.transaction():
+                search(real, queries[0], filter)
+            assert str(caught.value).startswith(message), caught.value
+
+
 def test_a_value_of_the_wrong_type_names_its_column(
     real_url: str, real: psycopg.Connection, queries: list[Vector]
 ) -> None:

@@ -158,7 +158,21 @@ BEGIN
             RAISE EXCEPTION 'filter on %: $in needs a JSON array, not %', to_json(col)::text,
                 jsonb_typeof(val) USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        RETURN format('t.%I = ANY (pgembed._texts_v1($%s -> %s)::%s[])', col, param, slot, typ);
+        IF typ LIKE '%[]' THEN
+            RAISE EXCEPTION 'filter on %: $in on an array column (%) is not supported; $eq '
+                'compares the whole array', to_json(col)::text, typ
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        -- A null among the values matches the rows whose column is NULL, as {"col": null} does.
+        RETURN format(CASE WHEN val @> '[null]'
+                           THEN '(t.%1$I = ANY (pgembed._texts_v1($%2$s -> %3$s)::%4$s[]) '
+                                'OR t.%1$I IS NULL)'
+                           ELSE 't.%1$I = ANY (pgembed._texts_v1($%2$s -> %3$s)::%4$s[])' END,
+                      col, param, slot, typ);
+    ELSIF op IN ('$eq', '$ne', '$gt', '$gte', '$lt', '$lte')
+          AND jsonb_typeof(val) IN ('array', 'object') AND typ NOT IN ('jsonb', 'json') THEN
+        RAISE EXCEPTION 'filter on %: % needs one value, not a JSON % (a list of values: $in)',
+            to_json(col)::text, op, jsonb_typeof(val) USING ERRCODE = 'invalid_parameter_value';
     ELSIF op = '$eq' THEN
         RETURN CASE WHEN jsonb_typeof(val) = 'null' THEN format('t.%I IS NULL', col)
                     ELSE format('t.%I = %s', col, value) END;
