@@ -297,6 +297,24 @@ def test_in_with_null_lists_and_array_columns(
             assert str(caught.value).startswith(message), caught.value
 
 
+def test_a_time_zone_offset_moves_a_timestamp_columns_value(
+    real: psycopg.Connection, queries: list[Vector]
+) -> None:
+    """A `timestamp` column compares UTC wall-clock time: a value's offset is applied, as for a
+    Python datetime (sent as UTC); the cast to `timestamp` ignored it."""
+    with real.transaction(force_rollback=True):
+        real.execute("ALTER TABLE reviews ADD COLUMN created timestamp")
+        real.execute("UPDATE reviews SET created = '2020-01-01'::timestamp + id * interval '1 min'")
+        cases: list[tuple[dict[str, Any], str]] = [
+            ({"created": {"$lt": "2020-01-01T12:00:00+05:00"}}, "created < '2020-01-01 07:00'"),
+            ({"created": {"$gte": "2020-01-01 07:00"}}, "created >= '2020-01-01 07:00'"),
+            ({"created": {"$in": ["2020-01-01T05:01:00+05:00"]}}, "created = '2020-01-01 00:01'"),
+        ]
+        for filter, where in cases:
+            found = search(real, queries[0], filter)
+            assert [key for key, _ in found] == exact(real, queries[0], where), filter
+
+
 def test_a_value_of_the_wrong_type_names_its_column(
     real_url: str, real: psycopg.Connection, queries: list[Vector]
 ) -> None:

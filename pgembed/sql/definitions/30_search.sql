@@ -151,7 +151,13 @@ CREATE OR REPLACE FUNCTION pgembed._condition_v1(
 ) RETURNS text
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
-    value text := format('($%s ->> %s)::%s', param, slot, typ);
+    -- A `timestamp` column's values are read as `timestamptz` (compared across the two types,
+    -- by its B-tree index too): a time zone offset in the text moves the instant, as a Python
+    -- datetime's does (sent as UTC), where a cast to `timestamp` ignored it. The helpers run in
+    -- UTC, so a value without an offset is the same wall-clock time as before.
+    cast_to text := CASE typ WHEN 'timestamp without time zone' THEN 'timestamp with time zone'
+                             ELSE typ END;
+    value text := format('($%s ->> %s)::%s', param, slot, cast_to);
 BEGIN
     IF op = '$in' THEN
         IF jsonb_typeof(val) <> 'array' THEN
@@ -168,7 +174,7 @@ BEGIN
                            THEN '(t.%1$I = ANY (pgembed._texts_v1($%2$s -> %3$s)::%4$s[]) '
                                 'OR t.%1$I IS NULL)'
                            ELSE 't.%1$I = ANY (pgembed._texts_v1($%2$s -> %3$s)::%4$s[])' END,
-                      col, param, slot, typ);
+                      col, param, slot, cast_to);
     ELSIF op IN ('$eq', '$ne', '$gt', '$gte', '$lt', '$lte')
           AND jsonb_typeof(val) IN ('array', 'object') AND typ NOT IN ('jsonb', 'json') THEN
         RAISE EXCEPTION 'filter on %: % needs one value, not a JSON % (a list of values: $in)',
