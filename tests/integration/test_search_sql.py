@@ -351,6 +351,17 @@ def test_helper_errors_are_clear(shop: psycopg.Connection) -> None:
         ("SELECT * FROM pgembed.search('nope', %s)", (q,), 'unknown model "nope"'),
         ("SELECT * FROM pgembed.search('minilm', %s, 0)", (q,), "k must be a positive"),
         ("SELECT * FROM pgembed.search('minilm', '[1,2,3]')", (), "has 384 dimensions"),
+        (
+            "SELECT * FROM pgembed.hybrid_search('minilm', "
+            "array_fill(0::real, ARRAY[384])::vector, 'battery')",
+            (),
+            "the query vector is all zeros",
+        ),
+        (
+            "SELECT * FROM pgembed.search('minilm', array_fill(0::real, ARRAY[384])::vector)",
+            (),
+            "the query vector is all zeros",
+        ),
         ("SELECT * FROM pgembed.similar('minilm', '9999')", (), 'no row with id = "9999"'),
         ("SELECT * FROM pgembed.similar('minilm', 'abc')", (), "invalid input syntax"),
         ("SELECT * FROM pgembed.hybrid_search('minilm', %s, NULL)", (q,), "query text is NULL"),

@@ -400,7 +400,7 @@ BEGIN
 END
 $fn$;
 
--- A clear error for a bad k, a NULL query vector or one of the wrong dimensions.
+-- A clear error for a bad k, a NULL query vector, one of the wrong dimensions or all zeros.
 CREATE OR REPLACE FUNCTION pgembed._check_query_v1(m pgembed.models, query vector, k integer) RETURNS void
 LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
@@ -414,6 +414,10 @@ BEGIN
     IF array_length(query::real[], 1) <> m.dimensions THEN
         RAISE EXCEPTION 'model % has % dimensions; the query vector has %: embed the query with '
             'the same model', m.name, m.dimensions, array_length(query::real[], 1)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF 0 = ALL (query::real[]) THEN  -- its cosine distance to every row is NaN: any rows, unordered
+        RAISE EXCEPTION 'the query vector is all zeros: it has no direction to compare'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 END
@@ -916,7 +920,8 @@ COMMENT ON FUNCTION pgembed.hybrid_search(text, vector, text, integer, jsonb) IS
 --              (models.ef_search, else _graph_ef_v1's call for a graph built sparser, else
 --              NULL), %4$s/%5$s $nearest$ with LIMIT 10/100,
 --              %6$s pgvector's vector_dims by its schema, %7$L the table (for _index_effort_v1),
---              %8$s $exact$.
+--              %8$s $exact$, %9$s pgvector's vector_norm by its schema (a zero query: the
+--              dynamic path's error).
 --   $body$     the function body.      %s: every model's $branch$, in name order (or a
 --              `WHEN NULL THEN NULL;` when there is no model).
 -- The outer format() adds the signature (%s: the vector type, schema-qualified), the settings
@@ -936,6 +941,7 @@ DECLARE
     vector_type text;
     distance text;
     dims text;
+    norm text;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         -- An older snapshot could miss a model another transaction just changed.
@@ -948,8 +954,8 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pgembed._compile_search_v1'));
     -- pgvector's names, by the extension's schema: the generated function resolves in pg_catalog.
     SELECT format('%I.vector', n.nspname), format('OPERATOR(%I.<=>)', n.nspname),
-           format('%I.vector_dims', n.nspname)
-    INTO vector_type, distance, dims
+           format('%I.vector_dims', n.nspname), format('%I.vector_norm', n.nspname)
+    INTO vector_type, distance, dims, norm
     FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector';
     FOR m IN SELECT * FROM pgembed.models ORDER BY name LOOP
         IF m.long_texts = 'chunk' THEN  -- two indexes to merge: the dynamic path's statement
@@ -982,7 +988,7 @@ BEGIN
             m.key_column, m.embedding_column, m.table_schema, m.table_name, distance);
         branches := branches || format($branch$
     WHEN %1$L THEN
-        IF %6$s(query) <> %2$s OR k > 100 THEN  -- the dynamic path (or its error)
+        IF %6$s(query) <> %2$s OR k > 100 OR %9$s(query) = 0 THEN  -- the dynamic path, or its error
             RETURN QUERY SELECT * FROM pgembed._nearest_v1(
                 model, query, k, NULL, NULL, pgembed._settings_v1(model));
             RETURN;
@@ -1035,7 +1041,7 @@ BEGIN
                                       m.hnsw_ef_construction) END,
                      'NULL'),
             replace(nearest, '<limit>', '10'), replace(nearest, '<limit>', '100'), dims,
-            format('%I.%I', m.table_schema, m.table_name), exact);
+            format('%I.%I', m.table_schema, m.table_name), exact, norm);
     END LOOP;
     IF branches = '' THEN  -- PL/pgSQL's CASE needs a WHEN
         branches := E'\n    WHEN NULL THEN NULL;';

@@ -28,7 +28,7 @@ BEGIN
     END IF;
     CASE model
     WHEN 'sample' THEN
-        IF public.vector_dims(query) <> 3 OR k > 100 THEN  -- the dynamic path (or its error)
+        IF public.vector_dims(query) <> 3 OR k > 100 OR public.vector_norm(query) = 0 THEN  -- the dynamic path, or its error
             RETURN QUERY SELECT * FROM pgembed._nearest_v1(
                 model, query, k, NULL, NULL, pgembed._settings_v1(model));
             RETURN;
