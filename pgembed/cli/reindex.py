@@ -175,6 +175,8 @@ def run_backfill(app: App, name: str) -> None:
 
 def _rebuild_index(app: App, name: str, kw: dict[str, Any]) -> None:
     build = indexbuild.BuildSettings(kw["maintenance_work_mem"], kw["parallel_workers"])
+    with app.connect() as conn:
+        registry.get(conn, name)  # an unknown model is its one line, before any progress
     with _Bars() as reporter:
         reporter.phase("building index")
         stop = threading.Event()

@@ -320,6 +320,9 @@ def test_index_only_rebuild_records_new_parameters(
     after = stored(conn)
     assert all(np.array_equal(before[k], after[k]) for k in before)
     assert planner.query(conn, spec, TEXTS[3], k=1)[0].key == 3
+    unknown = cli("--database-url", db_url, "reindex", "minilmx", "--index-only")
+    assert unknown.exit_code != 0
+    assert unknown.output.startswith("pgembed: error: unknown model 'minilmx'"), unknown.output
 
 
 def test_index_build_reports_progress(
