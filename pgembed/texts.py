@@ -20,6 +20,9 @@ BLANK = (
 
 # The blank characters a text starts with, for PostgreSQL's substring(text, pattern).
 LEADING_BLANKS = f"^[{BLANK}]*"
+# How much of a text's start the SQL looks through for its first character that is not blank:
+# a regular expression converts what it reads to 4-byte characters, so not a 100 MB text whole.
+LEADING_BLANK_CHARS = 1_048_576
 
 _VISIBLE = re.compile(f"[^{BLANK}]")
 _LEADING = re.compile(LEADING_BLANKS)

@@ -25,6 +25,7 @@ import psycopg
 from psycopg import sql
 
 from pgembed import samples
+from pgembed import texts as texts_
 from pgembed.encode import embedder, engines, hardware
 from pgembed.encode.convert import PRECISIONS
 from pgembed.encode.embedder import Settings, Vectors
@@ -261,10 +262,14 @@ def sample_texts(
 
     Each is cut to _SAMPLE_CHARS in the database: a huge row never reaches Python whole."""
     expression = sql.Identifier(text) if isinstance(text, str) else text
+    # From the first character that is not blank, as the sync worker reads a row (store.read).
     query = sql.SQL(
-        "SELECT pg_catalog.left({c}, %s::integer) FROM {t} WHERE pgembed._has_text_v1({c}) LIMIT %s"
+        "SELECT pg_catalog.substr({c}, 1 + pg_catalog.length(pg_catalog.substring("
+        "pg_catalog.left({c}, %s::integer), %s)), %s::integer) "
+        "FROM {t} WHERE pgembed._has_text_v1({c}) LIMIT %s"
     ).format(c=expression, t=sql.Identifier(schema, table))
-    texts = [str(row[0]) for row in conn.execute(query, (_SAMPLE_CHARS, limit))]
+    params = (texts_.LEADING_BLANK_CHARS, texts_.LEADING_BLANKS, _SAMPLE_CHARS, limit)
+    texts = [str(row[0]) for row in conn.execute(query, params)]
     if len(texts) < _MIN_TABLE_SAMPLE:
         texts += builtin_sample()[: limit - len(texts)]
     return texts

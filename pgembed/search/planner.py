@@ -144,7 +144,7 @@ def filter_json(filter: object) -> str:
 def _filter_value(value: object) -> str:
     if isinstance(value, datetime.datetime) and value.tzinfo is not None:
         # The helpers run with timezone UTC: a timestamp column compares UTC wall-clock time, as
-        # PostgreSQL compares it with a timestamptz; another offset would be dropped by its cast.
+        # PostgreSQL compares it with a timestamptz (the helpers read its values as one).
         return value.astimezone(datetime.UTC).isoformat()
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()

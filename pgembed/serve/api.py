@@ -356,7 +356,8 @@ class Api:
                 hit["row"] = {}
             return
         # Matched to the hits by position, not by text: PostgreSQL's text of a key (a
-        # timestamptz, a float) need not be Python's str() of it, which the cast still reads.
+        # timestamptz, a float) need not be Python's str() of it, which its input still reads
+        # (not a bytea's, whose hits get no row).
         statement = sql.SQL(
             "SELECT k.i, pg_catalog.jsonb_build_object({pairs}) "
             "FROM pg_catalog.unnest(%s::text[]::{type}[]) WITH ORDINALITY AS k(v, i) "

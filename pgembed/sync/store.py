@@ -23,10 +23,6 @@ from pgembed.catalog import naming
 from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import ConfigError
 
-# How much of a text's start `read` looks through for its first character that is not blank:
-# a regular expression converts what it reads to 4-byte characters, so not a 100 MB text whole.
-LEADING_BLANK_CHARS = 1_048_576
-
 
 @dataclass(frozen=True)
 class Claim:
@@ -94,7 +90,7 @@ def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list
     )
     with conn.transaction():
         row_security_errors(conn)
-        args = (LEADING_BLANK_CHARS, texts.LEADING_BLANKS, chars + 1, list(keys))
+        args = (texts.LEADING_BLANK_CHARS, texts.LEADING_BLANKS, chars + 1, list(keys))
         rows = conn.execute(query, args).fetchall()
     return [SourceRow(key, text[:chars], md5, len(text) > chars) for key, text, md5 in rows]
 

@@ -120,15 +120,16 @@ END
 $fn$;
 
 -- The type of a column of the model's table without its modifier (a cast to it never truncates).
--- Without a length, `character` and `bit` mean one character or bit: their values are read as
--- `bpchar` and `varbit`, of any length, which compare with the column's.
+-- Without a length, `character` and `bit` mean one character or bit: a `character(n)` value is
+-- read as `bpchar`, of any length; a `bit(n)` one with its length, whose input refuses another
+-- length (`bit varying` would compare the column as a cast, past its B-tree index).
 CREATE OR REPLACE FUNCTION pgembed._column_type_v1(m pgembed.models, col text) RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT CASE a.atttypid
                WHEN 'pg_catalog.bpchar'::regtype THEN 'bpchar'
                WHEN 'pg_catalog._bpchar'::regtype THEN 'bpchar[]'
-               WHEN 'pg_catalog.bit'::regtype THEN 'bit varying'
-               WHEN 'pg_catalog._bit'::regtype THEN 'bit varying[]'
+               WHEN 'pg_catalog.bit'::regtype THEN format_type(a.atttypid, a.atttypmod)
+               WHEN 'pg_catalog._bit'::regtype THEN format_type(a.atttypid, a.atttypmod)
                ELSE format_type(a.atttypid, NULL) END
     FROM pg_attribute a
     WHERE a.attrelid = to_regclass(format('%I.%I', m.table_schema, m.table_name))
@@ -177,8 +178,11 @@ BEGIN
                       col, param, slot, cast_to);
     ELSIF op IN ('$eq', '$ne', '$gt', '$gte', '$lt', '$lte')
           AND jsonb_typeof(val) IN ('array', 'object') AND typ NOT IN ('jsonb', 'json') THEN
-        RAISE EXCEPTION 'filter on %: % needs one value, not a JSON % (a list of values: $in)',
-            to_json(col)::text, op, jsonb_typeof(val) USING ERRCODE = 'invalid_parameter_value';
+        RAISE EXCEPTION 'filter on %: % needs one value, not a JSON % (%)',
+            to_json(col)::text, op, jsonb_typeof(val),
+            CASE WHEN typ LIKE '%[]' THEN 'an array column''s value is written as text: "{a,b}"'
+                 ELSE 'a list of values: $in' END
+            USING ERRCODE = 'invalid_parameter_value';
     ELSIF op = '$eq' THEN
         RETURN CASE WHEN jsonb_typeof(val) = 'null' THEN format('t.%I IS NULL', col)
                     ELSE format('t.%I = %s', col, value) END;
@@ -282,7 +286,8 @@ BEGIN
                        THEN jsonb_build_array(spec)
                        WHEN jsonb_typeof(spec -> '$eq') <> 'null' THEN jsonb_build_array(spec -> '$eq')
                        WHEN jsonb_typeof(spec -> '$in') = 'array' THEN spec -> '$in' END;
-        CONTINUE WHEN wanted IS NULL OR jsonb_array_length(wanted) = 0;
+        -- A null among $in's values matches the NULL rows: not a value the table lacks.
+        CONTINUE WHEN wanted IS NULL OR jsonb_array_length(wanted) = 0 OR wanted @> '[null]';
         SELECT s.most_common_vals::text::text[] INTO known
         FROM pg_stats s JOIN pg_attribute a
              ON a.attrelid = format('%I.%I', m.table_schema, m.table_name)::regclass
@@ -423,6 +428,21 @@ BEGIN
 END
 $fn$;
 
+-- Whether the row with this key has a text to embed (read only for a row without a vector: a
+-- long text is not read at every similar(), nor a renamed text column needed by one that has).
+CREATE OR REPLACE FUNCTION pgembed._row_has_text_v1(m pgembed.models, row_key text) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    found boolean;
+BEGIN
+    EXECUTE format('SELECT pgembed._has_text_v1(%s) FROM %I.%I t WHERE t.%I = $1::%s',
+                   pgembed._text_v1(m.text_columns, 't'), m.table_schema, m.table_name,
+                   m.key_column, pgembed._column_type_v1(m, m.key_column))
+        INTO found USING row_key;
+    RETURN coalesce(found, false);
+END
+$fn$;
+
 -- The vector of an existing row, or a clear error when it is missing, invisible or not embedded.
 CREATE OR REPLACE FUNCTION pgembed._row_vector_v1(model text, row_key text) RETURNS vector
 LANGUAGE plpgsql STABLE
@@ -436,17 +456,16 @@ DECLARE
     found integer;
 BEGIN
     -- A record, not a variable of type vector: that name would resolve through search_path.
-    EXECUTE format('SELECT t.%1$I AS v, pgembed._has_text_v1(%6$s) AS has_text '
-                   'FROM %2$I.%3$I t WHERE t.%4$I = $1::%5$s',
+    EXECUTE format('SELECT t.%1$I AS v FROM %2$I.%3$I t WHERE t.%4$I = $1::%5$s',
                    m.embedding_column, m.table_schema, m.table_name, m.key_column,
-                   pgembed._column_type_v1(m, m.key_column), pgembed._text_v1(m.text_columns, 't'))
+                   pgembed._column_type_v1(m, m.key_column))
         INTO found_row USING row_key;
     GET DIAGNOSTICS found = ROW_COUNT;
     IF found = 0 THEN
         RAISE EXCEPTION 'model %: table %.% has no row with % = %', m.name,
             quote_ident(m.table_schema), quote_ident(m.table_name), quote_ident(m.key_column),
             to_json(row_key)::text USING ERRCODE = 'no_data_found';
-    ELSIF found_row.v IS NULL AND NOT coalesce(found_row.has_text, false) THEN
+    ELSIF found_row.v IS NULL AND NOT pgembed._row_has_text_v1(m, row_key) THEN
         RAISE EXCEPTION 'model %: row % = % has no text to embed (blank or NULL), so no vector',
             m.name, quote_ident(m.key_column), to_json(row_key)::text
             USING ERRCODE = 'no_data_found';
