@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from psycopg import sql
+
 # A bracket expression's body written with escapes that Python's re and PostgreSQL's regular
 # expressions read alike, so the SQL gets it as a bound value in any database encoding.
 BLANK = (
@@ -39,3 +41,15 @@ def from_first_word(text: str) -> str:
     (sync/store.py): else a text led by more blanks than the model reads is embedded empty."""
     found = _LEADING.match(text)
     return text[found.end() :] if found else text
+
+
+def first_word_sql(text: sql.Composable) -> sql.Composed:
+    """SQL for `text` from its first character that is not blank, at most `%s` characters: its
+    parameters are FIRST_WORD_PARAMS, then that length."""
+    return sql.SQL(
+        "pg_catalog.substr({t}, 1 OPERATOR(pg_catalog.+) pg_catalog.length(pg_catalog.substring("
+        "pg_catalog.left({t}, %s::integer), %s)), %s::integer)"
+    ).format(t=text)
+
+
+FIRST_WORD_PARAMS = (LEADING_BLANK_CHARS, LEADING_BLANKS)

@@ -263,12 +263,10 @@ def sample_texts(
     Each is cut to _SAMPLE_CHARS in the database: a huge row never reaches Python whole."""
     expression = sql.Identifier(text) if isinstance(text, str) else text
     # From the first character that is not blank, as the sync worker reads a row (store.read).
-    query = sql.SQL(
-        "SELECT pg_catalog.substr({c}, 1 + pg_catalog.length(pg_catalog.substring("
-        "pg_catalog.left({c}, %s::integer), %s)), %s::integer) "
-        "FROM {t} WHERE pgembed._has_text_v1({c}) LIMIT %s"
-    ).format(c=expression, t=sql.Identifier(schema, table))
-    params = (texts_.LEADING_BLANK_CHARS, texts_.LEADING_BLANKS, _SAMPLE_CHARS, limit)
+    query = sql.SQL("SELECT {first} FROM {t} WHERE pgembed._has_text_v1({c}) LIMIT %s").format(
+        first=texts_.first_word_sql(expression), c=expression, t=sql.Identifier(schema, table)
+    )
+    params = (*texts_.FIRST_WORD_PARAMS, _SAMPLE_CHARS, limit)
     texts = [str(row[0]) for row in conn.execute(query, params)]
     if len(texts) < _MIN_TABLE_SAMPLE:
         texts += builtin_sample()[: limit - len(texts)]

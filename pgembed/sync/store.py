@@ -77,20 +77,19 @@ def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list
     further = defaults.CHUNK_CHARS_PER_WORD_PIECE * (spec.windows - 1)  # read more tightly
     chars = (defaults.CHARS_PER_WORD_PIECE + further) * spec.max_seq_length
     query = sql.SQL(
-        "SELECT t.{key}::text, pg_catalog.substr({text}, 1 OPERATOR(pg_catalog.+) "
-        "pg_catalog.length(pg_catalog.substring(pg_catalog.left({text}, %s::integer), %s)), "
-        "%s::integer), pg_catalog.md5({text}) "
+        "SELECT t.{key}::text, {first_word}, pg_catalog.md5({text}) "
         "FROM {table} t WHERE t.{key} OPERATOR(pg_catalog.=) ANY(%s::{type}[]) "
         "AND pgembed._has_text_v1(({text})::pg_catalog.text)"
     ).format(
         key=sql.Identifier(spec.key_column),
         text=naming.text_expression(spec, "t"),
+        first_word=texts.first_word_sql(naming.text_expression(spec, "t")),
         table=naming.table(spec),
         type=naming.key_type(spec),
     )
     with conn.transaction():
         row_security_errors(conn)
-        args = (texts.LEADING_BLANK_CHARS, texts.LEADING_BLANKS, chars + 1, list(keys))
+        args = (*texts.FIRST_WORD_PARAMS, chars + 1, list(keys))
         rows = conn.execute(query, args).fetchall()
     return [SourceRow(key, text[:chars], md5, len(text) > chars) for key, text, md5 in rows]
 

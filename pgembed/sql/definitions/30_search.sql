@@ -128,9 +128,9 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT CASE a.atttypid
                WHEN 'pg_catalog.bpchar'::regtype THEN 'bpchar'
                WHEN 'pg_catalog._bpchar'::regtype THEN 'bpchar[]'
-               WHEN 'pg_catalog.bit'::regtype THEN format_type(a.atttypid, a.atttypmod)
-               WHEN 'pg_catalog._bit'::regtype THEN format_type(a.atttypid, a.atttypmod)
-               ELSE format_type(a.atttypid, NULL) END
+               ELSE format_type(a.atttypid, CASE WHEN a.atttypid IN ('pg_catalog.bit'::regtype,
+                                                                    'pg_catalog._bit'::regtype)
+                                                 THEN a.atttypmod END) END
     FROM pg_attribute a
     WHERE a.attrelid = to_regclass(format('%I.%I', m.table_schema, m.table_name))
       AND a.attname = col AND a.attnum > 0 AND NOT a.attisdropped
@@ -170,12 +170,11 @@ BEGIN
                 'compares the whole array', to_json(col)::text, typ
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
+        value := format('t.%I = ANY (pgembed._texts_v1($%s -> %s)::%s[])', col, param, slot,
+                        cast_to);
         -- A null among the values matches the rows whose column is NULL, as {"col": null} does.
-        RETURN format(CASE WHEN val @> '[null]'
-                           THEN '(t.%1$I = ANY (pgembed._texts_v1($%2$s -> %3$s)::%4$s[]) '
-                                'OR t.%1$I IS NULL)'
-                           ELSE 't.%1$I = ANY (pgembed._texts_v1($%2$s -> %3$s)::%4$s[])' END,
-                      col, param, slot, cast_to);
+        RETURN CASE WHEN val @> '[null]' THEN format('(%s OR t.%I IS NULL)', value, col)
+                    ELSE value END;
     ELSIF op IN ('$eq', '$ne', '$gt', '$gte', '$lt', '$lte')
           AND jsonb_typeof(val) IN ('array', 'object') AND typ NOT IN ('jsonb', 'json') THEN
         RAISE EXCEPTION 'filter on %: % needs one value, not a JSON % (%)',
