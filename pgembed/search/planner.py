@@ -494,12 +494,19 @@ def _note_plan(statement: str, request: SearchRequest) -> Plan[str | None]:
     return rows[0][0] if rows else None
 
 
+def loads_exact(text: str | bytes) -> Any:
+    """JSON whose fractions and exponents are Decimals, not floats: a filter value keeps the digits
+    it was written with (a float reads 4.50000000000000001 as 4.5 and 1e400 as infinity), and
+    goes to the server as text that the column's type reads (filter_json)."""
+    return json.loads(text, parse_float=Decimal)
+
+
 def parse_filter(text: str | None) -> dict[str, Any] | None:
     """A --filter option: a JSON object, or a usage error that fits on one line."""
     if text is None:
         return None
     try:
-        value = json.loads(text)
+        value = loads_exact(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"--filter is not valid JSON: {exc}") from None
     if not isinstance(value, dict):

@@ -117,7 +117,7 @@ def _require_unicode(payload: object) -> None:
     """JSON may escape a lone surrogate ("\\ud800"), which no database text can hold: refused
     here in any field, as a text's is by SearchRequest."""
     try:
-        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8")
     except UnicodeEncodeError as exc:
         bad = exc.object[exc.start : exc.end]
         raise ApiError(

@@ -35,6 +35,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pgembed import defaults
+from pgembed.search import planner
 from pgembed.serve import page
 from pgembed.serve.api import Api, ApiError, status_of
 
@@ -199,7 +200,7 @@ async def _read_body(request: Request, seconds: float) -> bytes:
 
 def _decode(body: bytes) -> object:
     try:
-        return json.loads(body)
+        return planner.loads_exact(body)
     except RecursionError:
         raise ApiError(400, "the body is not valid JSON: it is nested too deeply") from None
     except ValueError as exc:  # not UTF-8 (UnicodeDecodeError), not JSON (JSONDecodeError)

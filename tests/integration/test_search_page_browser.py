@@ -13,8 +13,10 @@ import asyncio
 import shutil
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import pytest
 from selenium import webdriver
@@ -174,6 +176,23 @@ def test_search_page_in_chromium(
     # a shared URL opens on its search
     browser.get(server.url + "/?text=crisp+sweet+apples&model=minilm&k=5")
     WebDriverWait(browser, WAIT).until(lambda b: keys_shown(b) == fast)
+
+    # a filter in the URL, its number sent with every digit typed (a double would round it and
+    # match the other half of the rows)
+    with db.connection(shop_url) as conn:
+        conn.execute("ALTER TABLE reviews ADD COLUMN price numeric")
+        conn.execute("UPDATE reviews SET price = 4.5 + (id % 2) * 1e-17")
+        odd = planner.query(
+            conn,
+            registry.get(conn, "minilm"),
+            "crisp sweet apples",
+            5,
+            {"price": Decimal("4.50000000000000001")},
+        )
+    assert odd and all(int(str(hit.key)) % 2 == 1 for hit in odd)
+    query = urlencode({"text": "crisp sweet apples", "model": "minilm", "k": 5})
+    browser.get(f"{server.url}/?{query}&filter=" + quote('{"price": 4.50000000000000001}'))
+    WebDriverWait(browser, WAIT).until(lambda b: keys_shown(b) == [str(h.key) for h in odd])
 
     # a phone, 390 px wide: the form wraps, the Search button is on screen, nothing scrolls sideways
     browser.execute_cdp_cmd(

@@ -26,6 +26,7 @@ from helpers import cli, database, database_name
 from pgembed import db
 from pgembed.catalog import ddl
 from pgembed.lifecycle import models
+from pgembed.search import planner
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests/data/imdb-vectors.npz"
@@ -320,6 +321,30 @@ def test_a_time_zone_offset_moves_a_timestamp_columns_value(
         for filter, where in cases:
             found = search(real, queries[0], filter)
             assert [key for key, _ in found] == exact(real, queries[0], where), filter
+
+
+def test_a_json_filter_number_keeps_its_digits(
+    real: psycopg.Connection, queries: list[Vector]
+) -> None:
+    """--filter (and HTTP) read a JSON number as a decimal: a float made 4.50000000000000001 4.5,
+    which matched the other rows, and refused 1e400, which a numeric column can compare."""
+    with real.transaction(force_rollback=True):
+        real.execute("ALTER TABLE reviews ADD COLUMN price numeric, ADD COLUMN score float8")
+        real.execute("UPDATE reviews SET price = 4.5 + (id % 2) * 1e-17, score = id")
+        cases = [
+            ('{"price": 4.50000000000000001}', "mod(id, 2) = 1"),
+            ('{"price": {"$lt": 1e400}, "cat": {"$lt": 10}}', "cat < 10"),
+        ]
+        for text, where in cases:
+            found = real.execute(
+                "SELECT key::integer FROM pgembed.search('minilm', %s, %s, %s)",
+                (queries[0], K, Jsonb(planner.parse_filter(text), dumps=planner.filter_json)),
+            ).fetchall()
+            assert [key for (key,) in found] == exact(real, queries[0], where), text
+        too_big = Jsonb(planner.parse_filter('{"score": 1e400}'), dumps=planner.filter_json)
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
+            real.execute("SELECT pgembed.search('minilm', %s, %s, %s)", (queries[0], K, too_big))
+        assert 'filter on "score": "1E+400" is not a value of its type double' in str(caught.value)
 
 
 def test_a_value_of_the_wrong_type_names_its_column(

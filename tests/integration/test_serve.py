@@ -576,6 +576,15 @@ def test_a_short_body_a_lone_surrogate_and_a_filter_type_error(shop_url: str) ->
         ):
             status, answer = call(url, raw=payload)
             assert status == 400 and "lone surrogate" in answer["error"], answer
+        # a JSON number keeps its digits (a float read it as 4.5, 1e400 as infinity)
+        with db.connection(shop_url) as conn:
+            conn.execute("ALTER TABLE reviews ADD COLUMN price numeric")
+            conn.execute("UPDATE reviews SET price = 4.5 + (id % 2) * 1e-17")
+        for filter, odd in [(b'{"price": 4.50000000000000001}', [1]), (b'{"price": 1e400}', [])]:
+            payload = b'{"text": "battery", "model": "minilm", "k": 50, "filter": ' + filter + b"}"
+            status, answer = call(url, raw=payload)
+            assert status == 200, answer
+            assert {hit["key"] % 2 for hit in answer["hits"]} == set(odd), answer
         json_filter = {"text": "battery", "model": "minilm", "filter": {"meta": {"a": 1}}}
         status, answer = call(url, json_filter)
         assert status == 400 and "\n" not in answer["error"], answer
