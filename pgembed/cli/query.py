@@ -71,11 +71,12 @@ def query_cmd(
         click.echo("no rows match the filter", err=True)
     if as_json:
         # Keys keep their JSON type (an integer key is a number); others (uuid, date) are strings.
-        click.echo(json.dumps([dataclasses.asdict(h) for h in hits], default=str))
+        shown = [dataclasses.asdict(h) | {"key": planner.shown_key(h.key)} for h in hits]
+        click.echo(json.dumps(shown, default=str))
         return
     for h in hits:
         score = f"{h.similarity:.3f}" if isinstance(h, planner.Hit) else f"{h.score:.4f}"
-        click.echo(f"{printable(h.key)}\t{score}\t{snippet(h.text)}")
+        click.echo(f"{printable(planner.shown_key(h.key))}\t{score}\t{snippet(h.text)}")
 
 
 def snippet(text: str, width: int = 100) -> str:

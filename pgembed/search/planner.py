@@ -62,6 +62,13 @@ class Hit:
     text: str
 
 
+def shown_key(key: Any) -> Any:
+    """A hit's key for JSON and the terminal: a bytea's as PostgreSQL writes it (`\\x` and hex),
+    which --similar-to and similar_to read back, where Python's str() gives b'...'. Others as
+    they are."""
+    return "\\x" + key.hex() if isinstance(key, bytes) else key
+
+
 @dataclass(frozen=True)
 class HybridHit:
     """A row found by hybrid search: its key (in its own type), reciprocal-rank-fusion score, and

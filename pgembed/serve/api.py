@@ -19,6 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any, TypeVar
 
 import psycopg
@@ -87,9 +88,9 @@ def parse_search(payload: object) -> SearchRequest:
     if text is not None and not isinstance(text, str):
         raise ApiError(400, '"text" must be a string')
     if similar_to is not None and (
-        isinstance(similar_to, bool) or not isinstance(similar_to, str | int)
-    ):
-        raise ApiError(400, '"similar_to" must be a row\'s key, a string or an integer')
+        isinstance(similar_to, bool) or not isinstance(similar_to, str | int | Decimal)
+    ):  # a number as written (loads_exact): a float key's hit reads back
+        raise ApiError(400, '"similar_to" must be a row\'s key, a string or a number')
     hybrid = payload.get("hybrid", False)
     if not isinstance(hybrid, bool):
         raise ApiError(400, '"hybrid" must be true or false')
@@ -293,7 +294,7 @@ class Api:
         started = time.perf_counter()
         pool = self._ready()
         found = await plan.execute_async(pool, _search_plan(request), self.batcher.embed)
-        hits = [dataclasses.asdict(hit) for hit in found]
+        hits = [dataclasses.asdict(hit) | {"key": planner.shown_key(hit.key)} for hit in found]
         if rows and hits:
             spec = await plan.execute_async(pool, planner.spec_plan(request.model))
             await self._add_rows(pool, spec, hits)
@@ -357,7 +358,7 @@ class Api:
             return
         # Matched to the hits by position, not by text: PostgreSQL's text of a key (a
         # timestamptz, a float) need not be Python's str() of it, which its input still reads
-        # (not a bytea's, whose hits get no row).
+        # (a bytea's is already its text: shown_key).
         statement = sql.SQL(
             "SELECT k.i, pg_catalog.jsonb_build_object({pairs}) "
             "FROM pg_catalog.unnest(%s::text[]::{type}[]) WITH ORDINALITY AS k(v, i) "

@@ -683,6 +683,7 @@ def test_replies_go_out_without_waiting_for_a_delayed_ack(server: SearchServer) 
     [
         ("timestamptz", ["2021-03-19 00:15:23.5+00", "2021-03-19 00:15:24+00"]),
         ("float8", ["1", "2.5e-07"]),
+        ("bytea", ["\\x0102", "\\xff"]),
     ],
 )
 def test_rows_are_found_for_keys_whose_text_python_writes_otherwise(
@@ -721,7 +722,16 @@ def test_rows_are_found_for_keys_whose_text_python_writes_otherwise(
         status, answer = call(
             f"{served.url}/search", {"text": "a great movie", "model": "keyed", "k": 2, "row": True}
         )
+        # a key as shown is one similar_to reads back (a bytea's was Python's b'...')
+        first, second = (hit["key"] for hit in answer["hits"])
+        like = call(f"{served.url}/search", {"similar_to": first, "model": "keyed", "k": 1})
     finally:
         served.stop()
     assert status == 200, answer
     assert sorted(hit["row"]["rating"] for hit in answer["hits"]) == [1, 2], answer
+    assert like[0] == 200 and [hit["key"] for hit in like[1]["hits"]] == [second], like
+    args = ["--database-url", shop_url, "query", "--model", "keyed", "-k", "2"]
+    printed = cli(*args, "a great movie").output.splitlines()
+    assert [line.split("\t")[0] for line in printed] == [str(first), str(second)], printed
+    as_json = json.loads(cli(*args, "--json", "a great movie").output)
+    assert [hit["key"] for hit in as_json] == [first, second], as_json
