@@ -6,6 +6,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 
 import click
 from tqdm import tqdm
@@ -17,10 +18,18 @@ from pgembed.lifecycle import indexbuild, setup
 def progress_bar(
     total: int | None, description: str, *, enabled: bool = True
 ) -> Iterator[Callable[[int], None]]:
-    """Yield an `advance(n)` function; the bar is drawn only when stderr is a terminal."""
+    """Yield an `advance(n)` function; the bar is drawn only when stderr is a terminal. The total
+    is what was known at the start: rows that come in meanwhile (`sync --once` embeds them too)
+    and rows tried again raise it, rather than run the bar past 100 %."""
     show = enabled and sys.stderr.isatty()
     with tqdm(total=total, desc=description, unit="rows", disable=not show, leave=True) as bar:
-        yield bar.update
+        yield partial(advance, bar)
+
+
+def advance(bar: tqdm[None], n: int) -> None:
+    if bar.total is not None and bar.n + n > bar.total:
+        bar.total = bar.n + n
+    bar.update(n)
 
 
 class SetupLines(setup.Reporter):
