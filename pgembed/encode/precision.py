@@ -43,7 +43,6 @@ NEIGHBOURS = 10
 # on a busy 2-core machine, most of `model add`'s 65 s on 3,000 rows (issue 25); 96 texts keep
 # the 80 a top 10 needs to be able to disagree (_MIN_NEIGHBOURHOOD).
 SAMPLE_SIZE = 96
-_MIN_TABLE_SAMPLE = 8  # fewer texts than this in the table: fill up with built-in sentences
 _MIN_NEIGHBOURHOOD = 8 * NEIGHBOURS  # fewer distinct texts: the gate adds built-in ones
 # A sampled text's characters: ~128 word pieces of English (about 5 characters each).
 _SAMPLE_CHARS = 5 * 128
@@ -94,10 +93,7 @@ def choose(
             note = "; ".join([*tried, why or "fp32: the reference precision"])
             return Choice("fp32", requested, None, _auto(requested, note))
         if say is not None:
-            say(
-                f"checking precision {candidate} against fp32 on {len(gate_sample(texts))} "
-                "texts of the table"
-            )
+            say(f"checking precision {candidate} against fp32 on {_sample_size(texts)}")
         try:
             found = agreement(settings, candidate, texts)
         except ModelLoadError as exc:
@@ -111,6 +107,13 @@ def choose(
     note = "; ".join([*tried, "using fp32"])
     cosine = rejected.cosine if rejected else None
     return Choice("fp32", requested, cosine, note, rejected.overlap if rejected else None)
+
+
+def _sample_size(texts: Sequence[str]) -> str:
+    """`96 texts of the table`, or with the built-in sentences gate_sample adds to a few."""
+    own, sample = len(dict.fromkeys(texts)), len(gate_sample(texts))
+    added = f" and {sample - own} built-in sentences" if sample > own else ""
+    return f"{own} texts of the table{added}"
 
 
 def _auto(requested: str, note: str) -> str:
@@ -256,9 +259,9 @@ def sample_texts(
     text: str | sql.Composable,
     limit: int = SAMPLE_SIZE,
 ) -> list[str]:
-    """Up to `limit` texts of the table that are not blank, topped up with built-in sentences if
-    few. `text`: a column, or the expression of the text a model embeds (naming.text_expression:
-    several columns joined), so the check reads what the model will.
+    """Up to `limit` texts of the table that are not blank (gate_sample tops up a few with
+    built-in sentences). `text`: a column, or the expression of the text a model embeds
+    (naming.text_expression: several columns joined), so the check reads what the model will.
 
     Each is cut to _SAMPLE_CHARS in the database: a huge row never reaches Python whole."""
     expression = sql.Identifier(text) if isinstance(text, str) else text
@@ -267,10 +270,7 @@ def sample_texts(
         first=texts_.first_word_sql(expression), c=expression, t=sql.Identifier(schema, table)
     )
     params = (*texts_.FIRST_WORD_PARAMS, _SAMPLE_CHARS, limit)
-    texts = [str(row[0]) for row in conn.execute(query, params)]
-    if len(texts) < _MIN_TABLE_SAMPLE:
-        texts += builtin_sample()[: limit - len(texts)]
-    return texts
+    return [str(row[0]) for row in conn.execute(query, params)]
 
 
 def builtin_sample() -> list[str]:

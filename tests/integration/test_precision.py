@@ -114,9 +114,8 @@ def test_sample_is_the_tables_texts_topped_up_when_few(reviews: psycopg.Connecti
     reviews.execute("DELETE FROM reviews WHERE id > 2")
     reviews.execute("UPDATE reviews SET body = '  ' WHERE id = 2")
     few = precision.sample_texts(reviews, "public", "reviews", "body")
-    assert few[0] == "The battery dies before lunch, I have to charge it twice a day."
-    assert len(few) == precision.SAMPLE_SIZE
-    assert few[1:] == precision.builtin_sample()[: precision.SAMPLE_SIZE - 1]
+    assert few == ["The battery dies before lunch, I have to charge it twice a day."]
+    assert precision.gate_sample(few) == [*few, *precision.builtin_sample()]
 
 
 def test_sample_of_a_model_on_two_columns_is_the_text_it_embeds(
@@ -133,6 +132,34 @@ def test_sample_of_a_model_on_two_columns_is_the_text_it_embeds(
     # As the worker reads them: from the first character that is not blank (a NULL title's "\n").
     assert sorted(texts) == sorted(from_first_word(text) for (text,) in joined)
     assert "Title 1\n" in texts  # a text of one column: not blank
+
+    # `model add`'s check (precision_for) says it reads them all, not the one title; and a
+    # sample topped up says how many sentences are built in, not "of the table".
+    class Said(Exception):
+        pass
+
+    def say(text: str) -> None:
+        raise Said(text)  # told before the check runs: no need to run it
+
+    def told() -> str:
+        with pytest.raises(Said) as said:
+            models.precision_for(reviews, both, "bf16", say)
+        return str(said.value)
+
+    builtin = len(precision.gate_sample(texts)) - len(texts)  # this table is small
+    for table_rows, added in [(len(joined), builtin), (1, len(precision.builtin_sample()))]:
+        reviews.execute("DELETE FROM reviews WHERE id > %s", (table_rows,))
+        assert told() == (
+            f"checking precision bf16 against fp32 on {table_rows} texts of the table "
+            f"and {added} built-in sentences"
+        )
+    reviews.execute(
+        "INSERT INTO reviews (id, title) SELECT i, 'Title ' || i FROM generate_series(2, 200) i"
+    )
+    assert (
+        told()
+        == f"checking precision bf16 against fp32 on {precision.SAMPLE_SIZE} texts of the table"
+    )
 
 
 def stored_vectors(conn: psycopg.Connection) -> dict[int, np.ndarray]:
