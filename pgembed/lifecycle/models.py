@@ -362,6 +362,11 @@ def alter_precision(conn: psycopg.Connection, name: str, requested: str) -> Mode
 def _exists(conn: psycopg.Connection, name: str) -> str:
     """Why `model add NAME` is refused, and what finishes a model an interrupted `model add
     --backfill` left without its index (its setup is done: running it again cannot resume)."""
+    if setup.pending(conn, name):  # only here in a transaction: on autocommit add finishes it
+        return (
+            f"model {name!r} was not completely set up: the same `model add` finishes it, on an "
+            f"autocommit connection (as the CLI's), not in a transaction"
+        )
     spec = registry.get(conn, name)
     index = ddl.index_valid(conn, spec.table_schema, naming.index_name(spec))
     if tables.exists(conn, spec.table_schema, spec.table_name) and index is not True:

@@ -323,6 +323,13 @@ def test_an_interrupted_add_says_how_to_finish_and_keeps_its_settings(
         "run the same `model add` again to finish it, or `pgembed model remove minilm` first"
     )
     assert setup.pending(conn, "minilm") == setup.Pending(index=True, fulltext=False)
+    # In a transaction (lifecycle.models.add's other mode), the advice is the same: not the
+    # interrupted `--backfill`'s (sync, then reindex --index-only), which would queue no row.
+    with psycopg.connect(db_url) as in_transaction, pytest.raises(UsageError) as refused:
+        models.add(in_transaction, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+    assert str(refused.value).startswith(
+        "model 'minilm' was not completely set up: the same `model add` finishes it"
+    )
     finished = run_cli(*add)
     assert finished.returncode == 0, finished.stderr
     assert missing_keys(conn, "minilm") == 0
