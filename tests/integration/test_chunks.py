@@ -324,6 +324,90 @@ def test_rows_crowded_out_by_another_rows_chunks_are_still_found(db_url: str) ->
         assert rows == (15,)
 
 
+def test_hybrid_reads_the_chunks_as_deep_as_search_does(db_url: str) -> None:
+    """Ten rows' 200 chunks, all nearer the query than row 11's one chunk, fill the 4·40 chunks
+    hybrid search read once: row 11, 11th in the vector ranking, was missing from it and fused
+    as a text match only. Vectors written directly, placed around the query."""
+    rng = np.random.default_rng(5)
+    with db.connection(db_url) as conn:
+        conn.execute("CREATE TABLE items (id integer PRIMARY KEY, body text)")
+        request = models.AddRequest(
+            "deep", "items", "body", precision="fp32", long_texts="chunk", fulltext=True
+        )
+        spec = models.add(conn, request)[0]
+        query = rng.normal(size=spec.dimensions)
+        query /= np.linalg.norm(query)
+
+        def near(spread: float) -> PgVector:
+            """A unit vector at cosine 1/sqrt(1 + spread²) from the query."""
+            away = rng.normal(size=spec.dimensions)
+            away -= (away @ query) * query
+            vector = query + spread * away / np.linalg.norm(away)
+            return PgVector((vector / np.linalg.norm(vector)).astype(np.float32))
+
+        rows = [(i, f"crowd {i}", near(3.0)) for i in range(1, 11)]
+        rows.append((11, "the volcano erupted", near(5.0)))  # past the 40 nearest own vectors
+        rows += [(i, f"filler {i}", near(1.0 + i / 50)) for i in range(100, 160)]
+        chunks = [(i, n, near(0.25)) for i in range(1, 11) for n in range(1, 21)]
+        chunks.append((11, 1, near(0.6)))
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO items (id, body, embedding_deep) VALUES (%s, %s, %s)", rows
+            )
+            cur.executemany("INSERT INTO pgembed_deep_chunks VALUES (%s, %s, %s)", chunks)
+        conn.execute("DELETE FROM pgembed.inbox")  # the vectors are already there
+        conn.execute("SET pgembed.exact_rows = 0")  # the index walk, not the rows read exactly
+        vector = PgVector(query.astype(np.float32))
+        exact = topk.exact(conn, spec, np.asarray([query]), 40)[0]
+        assert exact.index("11") == 10  # after the ten crowding rows
+        ranked = conn.execute("SELECT key FROM pgembed.search('deep', %s, 40)", (vector,))
+        assert [key for (key,) in ranked] == exact
+        fused = conn.execute(
+            "SELECT key, score FROM pgembed.hybrid_search('deep', %s, 'volcano', 3)", (vector,)
+        ).fetchall()
+        assert fused[0] == ("11", pytest.approx(1 / (60 + 11) + 1 / (60 + 1)))
+
+
+def test_a_row_reached_by_its_chunk_is_scored_by_its_own_vector_too(db_url: str) -> None:
+    """A walk of the rows' index that misses a row's own vector, when one of its chunks is read:
+    the row came back with the chunk's similarity, below its own vector's. 3,000 random rows and
+    a shallow walk (ef_search 10) miss many."""
+    rng = np.random.default_rng(13)
+    with db.connection(db_url) as conn:
+        conn.execute("CREATE TABLE items (id integer PRIMARY KEY, body text)")
+        request = models.AddRequest(
+            "shallow", "items", "body", precision="fp32", long_texts="chunk"
+        )
+        spec = models.add(conn, request)[0]
+        vectors = rng.normal(size=(3000, spec.dimensions)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        copy = "COPY items (id, body, embedding_shallow) FROM STDIN (FORMAT BINARY)"
+        with conn.cursor() as cur, cur.copy(copy) as out:
+            out.set_types(["integer", "text", "vector"])
+            for i, vector in enumerate(vectors):
+                out.write_row((i, f"item {i}", PgVector(vector)))
+        copy = "COPY pgembed_shallow_chunks (key, chunk, embedding) FROM STDIN (FORMAT BINARY)"
+        with conn.cursor() as cur, cur.copy(copy) as out:
+            out.set_types(["integer", "integer", "vector"])
+            for i, vector in enumerate(vectors):  # a window much like the first
+                chunk = vector + 0.2 * rng.normal(size=spec.dimensions) / spec.dimensions**0.5
+                out.write_row((i, 1, PgVector((chunk / np.linalg.norm(chunk)).astype(np.float32))))
+        conn.execute("DELETE FROM pgembed.inbox")
+        conn.execute("ANALYZE items")
+        conn.execute("ANALYZE pgembed_shallow_chunks")
+        conn.execute("SET pgembed.ef_search = 10")
+        below = 0
+        for row in rng.choice(3000, 30, replace=False):  # queries near rows
+            query = vectors[row] + 0.8 * rng.normal(size=spec.dimensions) / spec.dimensions**0.5
+            hits = conn.execute(
+                "SELECT key::integer, similarity FROM pgembed.search('shallow', %s, 10)",
+                (PgVector(query / np.linalg.norm(query)),),
+            ).fetchall()
+            own = vectors[[key for key, _ in hits]] @ (query / np.linalg.norm(query))
+            below += sum(s < o - 1e-6 for (_, s), o in zip(hits, own.tolist(), strict=True))
+        assert below == 0
+
+
 def test_bad_requests_are_refused_and_tables_of_others_left_alone(db_url: str) -> None:
     with db.connection(db_url) as conn:
         conn.execute("CREATE TABLE docs (id integer PRIMARY KEY, body text)")

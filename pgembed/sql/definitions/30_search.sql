@@ -691,10 +691,12 @@ $fn$;
 -- t.<column>). A chunked model ranks a row by its best window: its own vector (the first window)
 -- or a chunk of pgembed_<name>_chunks. Each of the two is an `ORDER BY ... <=> $1 LIMIT` of its
 -- own, so each can take its HNSW index; the chunks' reads `depth` times deeper, since a row's
--- chunks can crowd each other. `settled` says no unread chunk could change the rows: the scan
--- ran out of chunks, or its farthest is no nearer than the last row (else the caller reads
--- deeper). A chunk counts only while its row has a vector: a row whose text changed waits for
--- its new chunks with its new vector.
+-- chunks can crowd each other. A row reached by a chunk is also measured by its own vector,
+-- which the join reads anyway: the index walk over the rows may have missed it, and the chunk
+-- alone would score it below its best window. `settled` says no unread chunk could change the
+-- rows: the scan ran out of chunks, or its farthest is no nearer than the last row (else the
+-- caller reads deeper). A chunk counts only while its row has a vector: a row whose text
+-- changed waits for its new chunks with its new vector.
 CREATE OR REPLACE FUNCTION pgembed._semantic_v1(
     m pgembed.models, conditions text, lim text, depth integer
 ) RETURNS text
@@ -727,14 +729,16 @@ BEGIN
              ORDER BY t.%2$I %6$s $1
              LIMIT %7$s),
          pieces AS MATERIALIZED (
-             SELECT t.%1$I::text AS key, c.embedding %6$s $1 AS distance
+             SELECT t.%1$I::text AS key, c.embedding %6$s $1 AS distance,
+                    t.%2$I %6$s $1 AS own_distance
              FROM %8$s c JOIN %3$I.%4$I t ON t.%1$I = c.key
              WHERE t.%2$I IS NOT NULL%5$s
              ORDER BY c.embedding %6$s $1
              LIMIT %9$s * (%7$s)::bigint),
          best AS MATERIALIZED (
              SELECT u.key, min(u.distance) AS distance
-             FROM (SELECT * FROM own UNION ALL SELECT * FROM pieces) u
+             FROM (SELECT * FROM own
+                   UNION ALL SELECT p.key, least(p.distance, p.own_distance) FROM pieces p) u
              GROUP BY u.key
              ORDER BY distance
              LIMIT %7$s)
@@ -839,7 +843,11 @@ AS $fn$
 DECLARE
     m pgembed.models := pgembed._model_v1(model);
     f record;
+    lim bigint := greatest(4 * k::bigint, 40);  -- the rows each ranking reads
     effort integer;
+    depth integer;
+    keys text[];
+    settled boolean;
 BEGIN
     PERFORM pgembed._check_query_v1(m, query, k);
     IF query_text IS NULL THEN
@@ -856,17 +864,33 @@ BEGIN
     END IF;
     f := pgembed._filter_v1(m, filter, 5);
     PERFORM pgembed._use_settings_v1(settings);
-    -- The vector ranking as _nearest_v1 reads it: exactly when the rows are few, else the index.
-    effort := pgembed._path_v1(m, filter, least(greatest(4 * k::bigint, 40), 1000)::integer,
-                               settings);
+    -- The vector ranking as _nearest_v1 reads it: exactly when the rows are few, else the index
+    -- (a chunked model's chunks deeper until no unread one could change the rows), and exactly
+    -- when the index gave fewer rows than the filter's estimate promised.
+    effort := pgembed._path_v1(m, filter, least(lim, 1000)::integer, settings);
     IF effort > 0 THEN
         PERFORM set_config('hnsw.ef_search', effort::text, true);
+        depth := 4;
+        LOOP
+            EXECUTE format(
+                'SELECT array_agg(s.key ORDER BY s.distance + 0, s.key), bool_and(s.settled)
+                 FROM (%s) s',
+                pgembed._semantic_v1(m, f.clause, '$3', depth))
+                INTO keys, settled USING query, query_text, lim, k, f.args;
+            EXIT WHEN settled IS NOT FALSE OR depth >= 4096;
+            depth := depth * 4;
+        END LOOP;
+    END IF;
+    IF effort = 0 OR (f.clause <> '' AND coalesce(cardinality(keys), 0) < lim) THEN
+        EXECUTE format(
+            'SELECT array_agg(s.key ORDER BY s.distance + 0, s.key) FROM (%s) s',
+            pgembed._scan_v1(m, f.clause, '$3'))
+            INTO keys USING query, query_text, lim, k, f.args;
     END IF;
     RETURN QUERY EXECUTE format(
-        'WITH semantic AS MATERIALIZED (%7$s),
-         semantic_rank AS (
-             SELECT s.key, row_number() OVER (ORDER BY s.distance + 0, s.key) AS rank
-             FROM semantic s),
+        'WITH semantic_rank AS (
+             SELECT s.key, s.n AS rank
+             FROM unnest($6::text[]) WITH ORDINALITY AS s(key, n)),
          lexical_rank AS (
              SELECT t.%1$I::text AS key,
                     row_number() OVER (ORDER BY ts_rank_cd(to_tsvector(''english'', %5$s), q)
@@ -880,10 +904,8 @@ BEGIN
          ORDER BY 2 DESC, s.rank NULLS LAST, l.rank NULLS LAST
          LIMIT $4',
         m.key_column, m.embedding_column, m.table_schema, m.table_name,
-        pgembed._text_v1(m.text_columns, 't'), f.clause,
-        CASE WHEN effort = 0 THEN pgembed._scan_v1(m, f.clause, '$3')
-             ELSE pgembed._semantic_v1(m, f.clause, '$3', 4) END)
-        USING query, query_text, greatest(4 * k::bigint, 40), k, f.args;
+        pgembed._text_v1(m.text_columns, 't'), f.clause)
+        USING query, query_text, lim, k, f.args, coalesce(keys, '{}');
 END
 $fn$;
 
