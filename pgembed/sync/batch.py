@@ -6,7 +6,8 @@ outside any transaction. pipeline.py overlaps the steps across consecutive batch
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import psycopg
 
@@ -34,6 +35,13 @@ BUSY_ROW_MAX_PAUSE_SECONDS = 60.0
 # transaction that began waiting after the daemon, the daemon gives up first and the
 # application's transaction goes on.
 WRITE_LOCK_TIMEOUT = "500ms"
+# A write-back holds its rows' locks until its commit, while pgvector inserts each vector into
+# the graph (8.5 ms a row at a million rows, BENCHMARKS.md): an application's UPDATE of one of
+# those rows waits that long. So a batch is written in slices of about WRITE_SLICE_SECONDS, each
+# its own transaction: the first of FIRST_SLICE_ROWS rows, the next sized by the last one's time.
+WRITE_SLICE_SECONDS = 0.2
+FIRST_SLICE_ROWS = 32
+MIN_SLICE_ROWS = 8
 
 
 class ModelChanged(Exception):
@@ -109,22 +117,40 @@ def write_back(
     until clean_session has put it right.
 
     `leased` holds the worker's leased batches: no renewal of their leases runs beside a
-    postpone (Held.no_renewal)."""
+    postpone (Held.no_renewal).
+
+    The rows are written in slices, each its own transaction (WRITE_SLICE_SECONDS): a lock wait
+    gives back the slice it stopped and the ones after it; the slices before stay written."""
     leased = leased if leased is not None else Held()
+    done = _Progress()
     try:
-        return _write_back(conn, claimed, result, config, seconds, leased)
+        return _write_back(conn, claimed, result, config, seconds, leased, done)
     except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected) as exc:
+        left = [c for c in claimed.claims if c.key not in done.settled]
         with conn.transaction():
-            postponed = _postpone(conn, claimed.spec.name, claimed.claims, leased)
+            postponed = _postpone(conn, claimed.spec.name, left, leased)
         log.warning(
-            "model=%s batch of %d rows given back, to try again in %.0f-%.0f s: %s",
+            "model=%s %d of a batch's %d rows given back, to try again in %.0f-%.0f s: %s",
             claimed.spec.name,
+            len(left),
             len(claimed.claims),
             BUSY_ROW_PAUSE_SECONDS,
             BUSY_ROW_MAX_PAUSE_SECONDS,
             db.first_line(exc),
         )
-        return BatchResult(len(claimed.claims), 0, 0, postponed=postponed)
+        return BatchResult(
+            len(claimed.claims), done.written, 0, postponed=done.postponed + postponed
+        )
+
+
+@dataclass
+class _Progress:
+    """What the committed slices of a write-back did."""
+
+    written: int = 0
+    postponed: int = 0
+    held: int = 0
+    settled: set[str] = field(default_factory=set)  # keys completed or postponed
 
 
 def _write_back(
@@ -134,13 +160,53 @@ def _write_back(
     config: BatchConfig,
     seconds: float,
     leased: Held,
+    done: _Progress,
 ) -> BatchResult:
     spec, claims = claimed.spec, claimed.claims
+    # In key order, the order each slice locks its rows in.
+    pending = sorted(claims, key=lambda c: c.key)
+    size = FIRST_SLICE_ROWS
+    while pending:
+        part, pending = pending[:size], pending[size:]
+        started = time.monotonic()
+        _write_slice(
+            conn, claimed, part, result, config, seconds * len(part) / len(claims), leased, done
+        )
+        per_row = (time.monotonic() - started) / len(part)
+        size = max(MIN_SLICE_ROWS, int(WRITE_SLICE_SECONDS / max(per_row, 1e-6)))
+    _record_failures(conn, spec, config, {c.key: c for c in claims}, result)
+    log.info(
+        "model=%s rows=%d written=%d failed=%d held=%d seconds=%.2f rows_per_second=%.1f",
+        spec.name,
+        len(claims),
+        done.written,
+        len(result.failed),
+        done.held,
+        seconds,
+        len(claims) / max(seconds, 1e-9),
+    )
+    return BatchResult(len(claims), done.written, len(result.failed), postponed=done.postponed)
+
+
+def _write_slice(
+    conn: psycopg.Connection,
+    claimed: Claimed,
+    part: list[Claim],
+    result: Embedded,
+    config: BatchConfig,
+    seconds: float,
+    leased: Held,
+    done: _Progress,
+) -> None:
+    """One slice's transaction: lock the rows of `part`'s keys that nobody holds, write the
+    vectors of those whose text is unchanged, complete the keys (but failed ones), postpone the
+    held ones, account."""
+    spec = claimed.spec
+    wanted = {c.key for c in part}
     failed_keys = {row.key for row, _ in result.failed}
-    keys = [row.key for row in result.rows]
-    md5s = [row.text_md5 for row in result.rows]
-    held: set[str] = set()
-    postponed = 0
+    kept_rows = [i for i, row in enumerate(result.rows) if row.key in wanted]
+    keys = [result.rows[i].key for i in kept_rows]
+    md5s = [result.rows[i].text_md5 for i in kept_rows]
     owner: str | None = None
     try:
         with conn.transaction():
@@ -155,7 +221,7 @@ def _write_back(
                 locked = store.lock(conn, spec, keys, md5s)
                 held = set(keys) - set(locked)
                 kept = [i for i, key in enumerate(keys) if locked.get(key)]
-                vectors = result.matrix()[kept]
+                vectors = result.matrix()[[kept_rows[i] for i in kept]]
                 if owner is None:
                     written = store.write(
                         conn, spec, [keys[i] for i in kept], [md5s[i] for i in kept], vectors
@@ -164,9 +230,9 @@ def _write_back(
                     written = {keys[i] for i in kept}
                 if spec.chunked:
                     store.write_chunks(conn, spec, written, result.chunks)
-                done = [c for c in claims if c.key not in failed_keys and c.key not in held]
-                store.complete(conn, spec.name, done)
-                busy = [c for c in claims if c.key in held]
+                complete = [c for c in part if c.key not in failed_keys and c.key not in held]
+                store.complete(conn, spec.name, complete)
+                busy = [c for c in part if c.key in held]
                 postponed = _postpone(conn, spec.name, busy, leased)
                 truncated = written & set(result.truncated)
                 store.account(
@@ -186,18 +252,10 @@ def _write_back(
             store.clean_session(conn)
     if changed:
         raise ModelChanged("changed since this worker read the catalog: batch given back")
-    _record_failures(conn, spec, config, {c.key: c for c in claims}, result)
-    log.info(
-        "model=%s rows=%d written=%d failed=%d held=%d seconds=%.2f rows_per_second=%.1f",
-        spec.name,
-        len(claims),
-        len(written),
-        len(result.failed),
-        len(held),
-        seconds,
-        len(claims) / max(seconds, 1e-9),
-    )
-    return BatchResult(len(claims), len(written), len(result.failed), postponed=postponed)
+    done.written += len(written)
+    done.postponed += postponed
+    done.held += len(held)
+    done.settled.update(c.key for c in [*complete, *busy])
 
 
 def _postpone(conn: psycopg.Connection, model: str, claims: list[Claim], leased: Held) -> int:

@@ -11,9 +11,10 @@ import psycopg
 import pytest
 
 from daemon_helpers import assert_every_vector_matches_its_text, wait_for
-from helpers import cli
+from helpers import REVIEWS, cli, run_batch
 from pgembed import db
 from pgembed.catalog import registry
+from pgembed.lifecycle import models
 from pgembed.sync import batch, leases, store, worker
 
 CONFIG = batch.BatchConfig(worker_id="w1", claim_size=100, lease_seconds=60, max_attempts=5)
@@ -195,3 +196,44 @@ def test_a_renewal_in_flight_does_not_make_a_held_row_wait_for_its_lease(
         "WHERE key = '5' AND claimed_by IS NULL"
     ).fetchone()
     assert pause is not None and pause[0] < 2 * batch.BUSY_ROW_PAUSE_SECONDS
+
+
+def test_a_batch_is_written_in_slices_that_commit_on_their_own(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    """A write-back holds its rows until it commits, while pgvector inserts each vector into the
+    graph: written in slices of their own transactions, a row is held for its slice only. A lock
+    wait in a later slice gives back that slice and the rest; the earlier ones stay written."""
+    conn.execute("CREATE TABLE reviews (id integer PRIMARY KEY, body text)")
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO reviews VALUES (%s, %s)",
+            [(i, f"{REVIEWS[i % len(REVIEWS)][1]} (copy {i})") for i in range(1, 65)],
+        )
+    spec = models.add(conn, models.AddRequest("minilm", "reviews", "body", precision="fp32"))[0]
+    # The owner's trigger waits for a lock the test holds, on row 9 alone: last in key order
+    # ('1', '10', ..., '8', '9'), so past the first slice.
+    conn.execute(
+        "CREATE FUNCTION wait_on_nine() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.id = 9 THEN PERFORM pg_advisory_xact_lock(4242); END IF; RETURN NEW; END $$"
+    )
+    conn.execute(
+        "CREATE TRIGGER wait_on_nine BEFORE UPDATE ON reviews "
+        "FOR EACH ROW EXECUTE FUNCTION wait_on_nine()"
+    )
+    config = batch.BatchConfig(worker_id="w1", claim_size=64, lease_seconds=60, max_attempts=5)
+    with db.connection(db_url) as holder:
+        holder.execute("SELECT pg_advisory_lock(4242)")
+        result = run_batch(conn, spec, config)
+    assert result is not None and result.claimed == 64
+    assert result.written >= batch.FIRST_SLICE_ROWS
+    assert result.written + result.postponed == 64
+    rows = conn.execute("SELECT id FROM reviews WHERE embedding_minilm IS NOT NULL").fetchall()
+    assert len(rows) == result.written and (9,) not in rows
+    assert conn.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (result.postponed,)
+    # Nothing lost: once the lock is gone, the rest are written.
+    conn.execute("UPDATE pgembed.queue SET next_attempt_at = now()")
+    worker.Worker(db_url, worker.Options(once=True)).run()
+    assert_every_vector_matches_its_text(conn)
+    assert conn.execute("SELECT count(embedding_minilm) FROM reviews").fetchone() == (64,)
+    assert conn.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
