@@ -44,6 +44,9 @@ MAX_K = 1000
 # what the SQL functions' integer takes; ef_search to pgvector's range.
 K_LIMIT = 2**31 - 1
 EF_SEARCH_RANGE = (1, 1000)
+# A filter number's exponent at most: PostgreSQL's numeric, which a jsonb number is, holds 131072
+# digits before the point and 16383 after.
+_NUMERIC_DIGITS = 16_000
 
 # column -> value, or column -> {"$eq"|"$ne"|"$gt"|"$gte"|"$lt"|"$lte"|"$in": value}
 Filter = Mapping[str, Any]
@@ -137,15 +140,38 @@ class SearchRequest:
 
 def filter_json(filter: object) -> str:
     """A filter as the SQL reads it: its values are cast from their text to the column's type, so
-    dates and times go as ISO text, decimals and UUIDs as text. What JSON or the server cannot
-    hold is a RequestError here, not a driver's error at the search."""
+    dates and times go as ISO text, UUIDs as text, decimals as numbers with their own digits
+    (jsonb keeps them: it stores a number as numeric). What JSON or the server cannot hold is a
+    RequestError here, not a driver's error at the search."""
     _require_filter_strings(filter)
     try:
-        return json.dumps(filter, default=_filter_value, allow_nan=False)
+        return _filter_text(filter)
     except ValueError:
         raise RequestError("filter", "a filter value is NaN or infinite") from None
-    except TypeError:  # a key of another type than str, int, float, bool or None
+    except TypeError:  # a key that is not a string
         raise RequestError("filter", "a filter's keys must be column names or operators") from None
+
+
+def _filter_text(value: object) -> str:
+    """json.dumps, but for a Decimal: a JSON number written with its digits, not a float's."""
+    if isinstance(value, Decimal):
+        return _decimal_number(value)
+    if isinstance(value, Mapping):
+        if not all(isinstance(key, str) for key in value):
+            raise TypeError("a key that is not a string")
+        items = (f"{json.dumps(key)}: {_filter_text(item)}" for key, item in value.items())
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_filter_text(item) for item in value) + "]"
+    return json.dumps(value, default=_filter_value, allow_nan=False)
+
+
+def _decimal_number(value: Decimal) -> str:
+    if not value.is_finite():
+        raise ValueError("not finite")
+    if abs(value.adjusted()) > _NUMERIC_DIGITS:
+        raise RequestError("filter", f"a filter number is out of range: {checks.shown(value)}")
+    return str(value)  # JSON's number syntax: 4.50, -0, 1E+400, 1E-7
 
 
 def _filter_value(value: object) -> str:
@@ -155,7 +181,7 @@ def _filter_value(value: object) -> str:
         return value.astimezone(datetime.UTC).isoformat()
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
-    if isinstance(value, Decimal | uuid.UUID):
+    if isinstance(value, uuid.UUID):
         return str(value)
     raise RequestError(
         "filter",
@@ -504,8 +530,15 @@ def _note_plan(statement: str, request: SearchRequest) -> Plan[str | None]:
 def loads_exact(text: str | bytes) -> Any:
     """JSON whose fractions and exponents are Decimals, not floats: a filter value keeps the digits
     it was written with (a float reads 4.50000000000000001 as 4.5 and 1e400 as infinity), and
-    goes to the server as text that the column's type reads (filter_json)."""
-    return json.loads(text, parse_float=Decimal)
+    goes to the server as written (filter_json). A number no Decimal holds is a ValueError."""
+    return json.loads(text, parse_float=_decimal)
+
+
+def _decimal(text: str) -> Decimal:
+    try:
+        return Decimal(text)
+    except ArithmeticError:  # decimal.InvalidOperation: an exponent past any Decimal's
+        raise ValueError(f"the number {checks.shown(text)} is out of range") from None
 
 
 def parse_filter(text: str | None) -> dict[str, Any] | None:
@@ -514,7 +547,7 @@ def parse_filter(text: str | None) -> dict[str, Any] | None:
         return None
     try:
         value = loads_exact(text)
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # json.JSONDecodeError, or a number out of range
         raise UsageError(f"--filter is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise UsageError('--filter must be a JSON object, e.g. \'{"rating": {"$gte": 4}}\'')

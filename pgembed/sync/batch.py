@@ -163,6 +163,12 @@ def _write_back(
     done: _Progress,
 ) -> BatchResult:
     spec, claims = claimed.spec, claimed.claims
+    rows = _Rows(
+        result,
+        result.matrix(),
+        {row.key: i for i, row in enumerate(result.rows)},
+        {row.key for row, _ in result.failed},
+    )
     # In key order, the order each slice locks its rows in.
     pending = sorted(claims, key=lambda c: c.key)
     size = FIRST_SLICE_ROWS
@@ -170,7 +176,7 @@ def _write_back(
         part, pending = pending[:size], pending[size:]
         started = time.monotonic()
         _write_slice(
-            conn, claimed, part, result, config, seconds * len(part) / len(claims), leased, done
+            conn, claimed, part, rows, config, seconds * len(part) / len(claims), leased, done
         )
         per_row = (time.monotonic() - started) / len(part)
         size = max(MIN_SLICE_ROWS, int(WRITE_SLICE_SECONDS / max(per_row, 1e-6)))
@@ -188,11 +194,21 @@ def _write_back(
     return BatchResult(len(claims), done.written, len(result.failed), postponed=done.postponed)
 
 
+@dataclass(frozen=True)
+class _Rows:
+    """A batch's embedded rows, looked up by key, for each slice."""
+
+    result: Embedded
+    matrix: embedder.Vectors
+    position: dict[str, int]  # key -> its row in result.rows and in matrix
+    failed: set[str]
+
+
 def _write_slice(
     conn: psycopg.Connection,
     claimed: Claimed,
     part: list[Claim],
-    result: Embedded,
+    rows: _Rows,
     config: BatchConfig,
     seconds: float,
     leased: Held,
@@ -201,17 +217,18 @@ def _write_slice(
     """One slice's transaction: lock the rows of `part`'s keys that nobody holds, write the
     vectors of those whose text is unchanged, complete the keys (but failed ones), postpone the
     held ones, account."""
-    spec = claimed.spec
-    wanted = {c.key for c in part}
-    failed_keys = {row.key for row, _ in result.failed}
-    kept_rows = [i for i, row in enumerate(result.rows) if row.key in wanted]
+    spec, result = claimed.spec, rows.result
+    kept_rows = [rows.position[c.key] for c in part if c.key in rows.position]
     keys = [result.rows[i].key for i in kept_rows]
     md5s = [result.rows[i].text_md5 for i in kept_rows]
     owner: str | None = None
     try:
         with conn.transaction():
             if _changed(conn, spec):
-                release(conn, claimed)  # commits with this transaction: ready again
+                # Ready again with this commit: the keys no slice completed or postponed (one
+                # postponed may be another worker's claim by now).
+                left = [c for c in claimed.claims if c.key not in done.settled]
+                store.release(conn, spec.name, left)
                 changed = True
             else:
                 changed = False
@@ -221,7 +238,7 @@ def _write_slice(
                 locked = store.lock(conn, spec, keys, md5s)
                 held = set(keys) - set(locked)
                 kept = [i for i, key in enumerate(keys) if locked.get(key)]
-                vectors = result.matrix()[[kept_rows[i] for i in kept]]
+                vectors = rows.matrix[[kept_rows[i] for i in kept]]
                 if owner is None:
                     written = store.write(
                         conn, spec, [keys[i] for i in kept], [md5s[i] for i in kept], vectors
@@ -230,7 +247,7 @@ def _write_slice(
                     written = {keys[i] for i in kept}
                 if spec.chunked:
                     store.write_chunks(conn, spec, written, result.chunks)
-                complete = [c for c in part if c.key not in failed_keys and c.key not in held]
+                complete = [c for c in part if c.key not in rows.failed and c.key not in held]
                 store.complete(conn, spec.name, complete)
                 busy = [c for c in part if c.key in held]
                 postponed = _postpone(conn, spec.name, busy, leased)

@@ -237,3 +237,49 @@ def test_a_batch_is_written_in_slices_that_commit_on_their_own(
     assert_every_vector_matches_its_text(conn)
     assert conn.execute("SELECT count(embedding_minilm) FROM reviews").fetchone() == (64,)
     assert conn.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+
+
+def test_a_model_changed_between_slices_gives_back_only_the_keys_no_slice_settled(
+    conn: psycopg.Connection, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reindex's switch between two slices hands the rest of the batch back, but not a key an
+    earlier slice postponed: another worker may have claimed it since, and handing it back made
+    it ready for a third one to embed beside that worker."""
+    conn.execute("CREATE TABLE reviews (id integer PRIMARY KEY, body text)")
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO reviews VALUES (%s, %s)",
+            [(i, f"{REVIEWS[i % len(REVIEWS)][1]} (copy {i})") for i in range(1, 65)],
+        )
+    spec = models.add(conn, models.AddRequest("minilm", "reviews", "body", precision="fp32"))[0]
+    checked = batch._changed
+    slices: list[int] = []
+
+    def switched_after_the_first_slice(c: psycopg.Connection, s: registry.ModelSpec) -> bool:
+        slices.append(1)
+        if len(slices) == 2:
+            with db.connection(db_url) as other:
+                # Another worker claims key 1, which the first slice postponed (row 1 held) ...
+                other.execute("UPDATE pgembed.queue SET next_attempt_at = now() WHERE key = '1'")
+                assert [c.key for c in store.claim(other, "minilm", "w2", 10, 60)] == ["1"]
+                # ... and a reindex switches the model to other settings (its catalog row).
+                other.execute("UPDATE pgembed.models SET pooling = 'cls' WHERE name = 'minilm'")
+        return checked(c, s)
+
+    monkeypatch.setattr(batch, "_changed", switched_after_the_first_slice)
+    config = batch.BatchConfig(worker_id="w1", claim_size=64, lease_seconds=60, max_attempts=5)
+    with db.connection(db_url, autocommit=False) as app:
+        app.execute("SELECT 1 FROM reviews WHERE id = 1 FOR UPDATE")
+        with pytest.raises(batch.ModelChanged):
+            run_batch(conn, spec, config)
+        app.rollback()
+    assert conn.execute("SELECT claimed_by FROM pgembed.queue WHERE key = '1'").fetchone() == (
+        "w2",
+    )
+    left = conn.execute(
+        "SELECT count(*) FILTER (WHERE claimed_by IS NULL AND next_attempt_at <= now()), "
+        "count(*) FROM pgembed.queue"
+    ).fetchone()
+    written = conn.execute("SELECT count(embedding_minilm) FROM reviews").fetchone()
+    assert written == (batch.FIRST_SLICE_ROWS - 1,)  # the first slice but row 1
+    assert left == (64 - batch.FIRST_SLICE_ROWS, 64 - batch.FIRST_SLICE_ROWS + 1)

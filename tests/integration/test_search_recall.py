@@ -25,6 +25,7 @@ from psycopg.types.json import Jsonb
 from helpers import cli, database, database_name
 from pgembed import db
 from pgembed.catalog import ddl
+from pgembed.errors import UsageError
 from pgembed.lifecycle import models
 from pgembed.search import planner
 
@@ -329,11 +330,18 @@ def test_a_json_filter_number_keeps_its_digits(
     """--filter (and HTTP) read a JSON number as a decimal: a float made 4.50000000000000001 4.5,
     which matched the other rows, and refused 1e400, which a numeric column can compare."""
     with real.transaction(force_rollback=True):
-        real.execute("ALTER TABLE reviews ADD COLUMN price numeric, ADD COLUMN score float8")
-        real.execute("UPDATE reviews SET price = 4.5 + (id % 2) * 1e-17, score = id")
+        real.execute(
+            "ALTER TABLE reviews ADD COLUMN price numeric, ADD COLUMN score float8, "
+            "ADD COLUMN meta jsonb"
+        )
+        real.execute(
+            "UPDATE reviews SET price = 4.5 + (id % 2) * 1e-17, score = id, "
+            """meta = jsonb_build_object('score', 4.5 + (id % 3) * 0.25)"""
+        )
         cases = [
             ('{"price": 4.50000000000000001}', "mod(id, 2) = 1"),
             ('{"price": {"$lt": 1e400}, "cat": {"$lt": 10}}', "cat < 10"),
+            ('{"meta": {"$eq": {"score": 4.5}}}', "mod(id, 3) = 0"),  # a number in a jsonb value
         ]
         for text, where in cases:
             found = real.execute(
@@ -344,7 +352,10 @@ def test_a_json_filter_number_keeps_its_digits(
         too_big = Jsonb(planner.parse_filter('{"score": 1e400}'), dumps=planner.filter_json)
         with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
             real.execute("SELECT pgembed.search('minilm', %s, %s, %s)", (queries[0], K, too_big))
-        assert 'filter on "score": "1E+400" is not a value of its type double' in str(caught.value)
+        assert str(caught.value).startswith('filter on "score": 1000000000')
+        assert "… is not a value of its type double precision" in str(caught.value)
+    with pytest.raises(UsageError, match="the number '1e9999999999999999999' is out of range"):
+        planner.parse_filter('{"price": 1e9999999999999999999}')
 
 
 def test_a_value_of_the_wrong_type_names_its_column(

@@ -585,6 +585,9 @@ def test_a_short_body_a_lone_surrogate_and_a_filter_type_error(shop_url: str) ->
             status, answer = call(url, raw=payload)
             assert status == 200, answer
             assert {hit["key"] % 2 for hit in answer["hits"]} == set(odd), answer
+        huge = b'{"text": "battery", "model": "minilm", "k": 1e9999999999999999999}'
+        status, answer = call(url, raw=huge)  # no Decimal holds it: not a 500
+        assert status == 400 and "is out of range" in answer["error"], answer
         json_filter = {"text": "battery", "model": "minilm", "filter": {"meta": {"a": 1}}}
         status, answer = call(url, json_filter)
         assert status == 400 and "\n" not in answer["error"], answer

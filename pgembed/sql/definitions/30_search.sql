@@ -257,7 +257,8 @@ BEGIN
     -- is a parameter, and PL/pgSQL keeps that state from one call of this function to the next.
     IF jsonb_typeof(val) <> 'null' AND NOT pg_input_is_valid(val #>> '{}', typ || '') THEN
         RAISE EXCEPTION 'filter on %: % is not a value of its type % (%)', to_json(col)::text,
-            val::text, typ, (pg_input_error_info(val #>> '{}', typ || '')).message
+            CASE WHEN length(val::text) > 60 THEN left(val::text, 59) || '…' ELSE val::text END,
+            typ, (pg_input_error_info(val #>> '{}', typ || '')).message
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 END
