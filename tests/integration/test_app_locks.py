@@ -198,19 +198,24 @@ def test_a_renewal_in_flight_does_not_make_a_held_row_wait_for_its_lease(
     assert pause is not None and pause[0] < 2 * batch.BUSY_ROW_PAUSE_SECONDS
 
 
-def test_a_batch_is_written_in_slices_that_commit_on_their_own(
-    conn: psycopg.Connection, db_url: str
-) -> None:
-    """A write-back holds its rows until it commits, while pgvector inserts each vector into the
-    graph: written in slices of their own transactions, a row is held for its slice only. A lock
-    wait in a later slice gives back that slice and the rest; the earlier ones stay written."""
+def sixty_four_reviews(conn: psycopg.Connection) -> registry.ModelSpec:
+    """64 reviews queued for model `minilm`: one batch, written in two slices or more."""
     conn.execute("CREATE TABLE reviews (id integer PRIMARY KEY, body text)")
     with conn.cursor() as cur:
         cur.executemany(
             "INSERT INTO reviews VALUES (%s, %s)",
             [(i, f"{REVIEWS[i % len(REVIEWS)][1]} (copy {i})") for i in range(1, 65)],
         )
-    spec = models.add(conn, models.AddRequest("minilm", "reviews", "body", precision="fp32"))[0]
+    return models.add(conn, models.AddRequest("minilm", "reviews", "body", precision="fp32"))[0]
+
+
+def test_a_batch_is_written_in_slices_that_commit_on_their_own(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    """A write-back holds its rows until it commits, while pgvector inserts each vector into the
+    graph: written in slices of their own transactions, a row is held for its slice only. A lock
+    wait in a later slice gives back that slice and the rest; the earlier ones stay written."""
+    spec = sixty_four_reviews(conn)
     # The owner's trigger waits for a lock the test holds, on row 9 alone: last in key order
     # ('1', '10', ..., '8', '9'), so past the first slice.
     conn.execute(
@@ -245,13 +250,7 @@ def test_a_model_changed_between_slices_gives_back_only_the_keys_no_slice_settle
     """A reindex's switch between two slices hands the rest of the batch back, but not a key an
     earlier slice postponed: another worker may have claimed it since, and handing it back made
     it ready for a third one to embed beside that worker."""
-    conn.execute("CREATE TABLE reviews (id integer PRIMARY KEY, body text)")
-    with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO reviews VALUES (%s, %s)",
-            [(i, f"{REVIEWS[i % len(REVIEWS)][1]} (copy {i})") for i in range(1, 65)],
-        )
-    spec = models.add(conn, models.AddRequest("minilm", "reviews", "body", precision="fp32"))[0]
+    spec = sixty_four_reviews(conn)
     checked = batch._changed
     slices: list[int] = []
 

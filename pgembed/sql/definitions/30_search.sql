@@ -754,6 +754,43 @@ BEGIN
 END
 $fn$;
 
+-- The `lim` rows nearest to `query` that meet `conditions` (" AND ..." on t.<column>, their
+-- values $4 -> <slot>, `$3` a key to leave out), nearest first: keys and distances. By the index
+-- when `effort` > 0 (the caller has set hnsw.ef_search): a chunked model's chunks are read deeper
+-- until no unread one could change the rows (usually at once; 4^6 times lim chunks at most). By an
+-- exact scan when the rows are few (effort 0), or when a filtered walk gave fewer than `lim` rows
+-- while the filter's estimate promised more (stale statistics, or hnsw.max_scan_tuples reached):
+-- `lim` rows whenever `lim` rows match. Every read sorts by `distance + 0`: the planner takes an
+-- index scan's rows for sorted by distance and would skip a sort by `distance` itself
+-- (PostgreSQL 16's presorted aggregates), but a relaxed-order iterative scan (with a filter)
+-- returns near-ties out of order.
+CREATE OR REPLACE FUNCTION pgembed._ranking_v1(
+    m pgembed.models, conditions text, filtered boolean, effort integer, query vector, lim bigint,
+    exclude_key text, args jsonb, OUT keys text[], OUT distances double precision[]
+)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    ranked constant text := 'SELECT array_agg(s.key ORDER BY s.distance + 0, s.key),
+                                    array_agg(s.distance ORDER BY s.distance + 0, s.key)';
+    depth integer := 4;
+    settled boolean;
+BEGIN
+    IF effort > 0 THEN
+        LOOP
+            EXECUTE format('%s, bool_and(s.settled) FROM (%s) s', ranked,
+                           pgembed._semantic_v1(m, conditions, '$2', depth))
+                INTO keys, distances, settled USING query, lim, exclude_key, args;
+            EXIT WHEN settled IS NOT FALSE OR depth >= 4096;
+            depth := depth * 4;
+        END LOOP;
+    END IF;
+    IF effort = 0 OR (filtered AND coalesce(cardinality(keys), 0) < lim) THEN
+        EXECUTE format('%s FROM (%s) s', ranked, pgembed._scan_v1(m, conditions, '$2'))
+            INTO keys, distances USING query, lim, exclude_key, args;
+    END IF;
+END
+$fn$;
+
 -- The k nearest rows, by a query planned on every call; its SET clauses end the SET LOCALs with it.
 CREATE OR REPLACE FUNCTION pgembed._nearest_v1(
     model text, query vector, k integer, filter jsonb, exclude_key text, settings text[]
@@ -771,10 +808,7 @@ DECLARE
     not_self text := '';
     effort integer;
     caller text;
-    depth integer;
-    keys text[];
-    distances double precision[];
-    settled boolean;
+    ranking record;
 BEGIN
     PERFORM pgembed._check_query_v1(m, query, k);
     f := pgembed._filter_v1(m, filter, 4);
@@ -783,10 +817,7 @@ BEGIN
                           pgembed._column_type_v1(m, m.key_column));
     END IF;
     PERFORM pgembed._use_settings_v1(settings);
-    -- An exact scan of the rows when they are few, else the index (_path_v1). Every read below
-    -- sorts by `distance + 0`: the planner takes an index scan's rows for sorted by distance and
-    -- would skip a sort by `distance` itself (PostgreSQL 16's presorted aggregates), but a
-    -- relaxed-order iterative scan (with a filter) returns near-ties out of order.
+    -- An exact scan of the rows when they are few, else the index (_path_v1, _ranking_v1).
     effort := pgembed._path_v1(m, filter, k, settings);
     IF effort > 0 THEN
         PERFORM set_config('hnsw.ef_search', effort::text, true);
@@ -796,34 +827,13 @@ BEGIN
             caller := current_setting('enable_seqscan');
             PERFORM set_config('enable_seqscan', 'off', true);
         END IF;
-        -- A chunked model's rows are certain once no unread chunk could change them: read deeper
-        -- until they are (usually at once; 4^6 times k chunks at most).
-        depth := 4;
-        LOOP
-            EXECUTE format(
-                'SELECT array_agg(s.key ORDER BY s.distance + 0, s.key),
-                        array_agg(s.distance ORDER BY s.distance + 0, s.key), bool_and(s.settled)
-                 FROM (%s) s',
-                pgembed._semantic_v1(m, not_self || f.clause, '$2', depth))
-                INTO keys, distances, settled USING query, k, exclude_key, f.args;
-            EXIT WHEN settled IS NOT FALSE OR depth >= 4096;
-            depth := depth * 4;
-        END LOOP;
     END IF;
-    -- Exactly: when the rows are few (effort 0), or when the index gave fewer than k rows while
-    -- the filter's estimate promised more (stale statistics, or hnsw.max_scan_tuples reached):
-    -- the matching rows are fewer than expected. k rows whenever k rows match.
-    IF effort = 0 OR (f.clause <> '' AND coalesce(cardinality(keys), 0) < k) THEN
-        EXECUTE format(
-            'SELECT array_agg(s.key ORDER BY s.distance + 0, s.key),
-                    array_agg(s.distance ORDER BY s.distance + 0, s.key)
-             FROM (%s) s',
-            pgembed._scan_v1(m, not_self || f.clause, '$2'))
-            INTO keys, distances USING query, k, exclude_key, f.args;
-    END IF;
+    SELECT * INTO ranking FROM pgembed._ranking_v1(
+        m, not_self || f.clause, f.clause <> '', effort, query, k, exclude_key, f.args);
     -- Best first, whatever order the index scan gave them in (relaxed with a filter).
     RETURN QUERY SELECT u.key, 1 - u.distance
-        FROM unnest(keys, distances) WITH ORDINALITY AS u(key, distance, n) ORDER BY u.n;
+        FROM unnest(ranking.keys, ranking.distances) WITH ORDINALITY AS u(key, distance, n)
+        ORDER BY u.n;
     IF caller IS NOT NULL THEN  -- no SET clause names it: put back the caller's value
         PERFORM set_config('enable_seqscan', caller, true);
     END IF;
@@ -846,9 +856,7 @@ DECLARE
     f record;
     lim bigint := greatest(4 * k::bigint, 40);  -- the rows each ranking reads
     effort integer;
-    depth integer;
-    keys text[];
-    settled boolean;
+    ranking record;
 BEGIN
     PERFORM pgembed._check_query_v1(m, query, k);
     IF query_text IS NULL THEN
@@ -863,50 +871,34 @@ BEGIN
         RAISE EXCEPTION 'model % has no full-text index: run `pgembed model fulltext %`',
             m.name, m.name USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    f := pgembed._filter_v1(m, filter, 5);
+    f := pgembed._filter_v1(m, filter, 4);
     PERFORM pgembed._use_settings_v1(settings);
-    -- The vector ranking as _nearest_v1 reads it: exactly when the rows are few, else the index
-    -- (a chunked model's chunks deeper until no unread one could change the rows), and exactly
-    -- when the index gave fewer rows than the filter's estimate promised.
+    -- The vector ranking as _nearest_v1 reads it (_path_v1, _ranking_v1).
     effort := pgembed._path_v1(m, filter, least(lim, 1000)::integer, settings);
     IF effort > 0 THEN
         PERFORM set_config('hnsw.ef_search', effort::text, true);
-        depth := 4;
-        LOOP
-            EXECUTE format(
-                'SELECT array_agg(s.key ORDER BY s.distance + 0, s.key), bool_and(s.settled)
-                 FROM (%s) s',
-                pgembed._semantic_v1(m, f.clause, '$3', depth))
-                INTO keys, settled USING query, query_text, lim, k, f.args;
-            EXIT WHEN settled IS NOT FALSE OR depth >= 4096;
-            depth := depth * 4;
-        END LOOP;
     END IF;
-    IF effort = 0 OR (f.clause <> '' AND coalesce(cardinality(keys), 0) < lim) THEN
-        EXECUTE format(
-            'SELECT array_agg(s.key ORDER BY s.distance + 0, s.key) FROM (%s) s',
-            pgembed._scan_v1(m, f.clause, '$3'))
-            INTO keys USING query, query_text, lim, k, f.args;
-    END IF;
+    SELECT * INTO ranking
+        FROM pgembed._ranking_v1(m, f.clause, f.clause <> '', effort, query, lim, NULL, f.args);
     RETURN QUERY EXECUTE format(
         'WITH semantic_rank AS (
              SELECT s.key, s.n AS rank
-             FROM unnest($6::text[]) WITH ORDINALITY AS s(key, n)),
+             FROM unnest($7::text[]) WITH ORDINALITY AS s(key, n)),
          lexical_rank AS (
              SELECT t.%1$I::text AS key,
                     row_number() OVER (ORDER BY ts_rank_cd(to_tsvector(''english'', %5$s), q)
                                        DESC, t.%1$I) AS rank
-             FROM %3$I.%4$I t, websearch_to_tsquery(''english'', $2) q
+             FROM %3$I.%4$I t, websearch_to_tsquery(''english'', $5) q
              WHERE to_tsvector(''english'', %5$s) @@ q%6$s
              ORDER BY rank
-             LIMIT $3)
+             LIMIT $2)
          SELECT key, coalesce(1.0::float8 / (60 + s.rank), 0) + coalesce(1.0::float8 / (60 + l.rank), 0)
          FROM semantic_rank s FULL JOIN lexical_rank l USING (key)
          ORDER BY 2 DESC, s.rank NULLS LAST, l.rank NULLS LAST
-         LIMIT $4',
+         LIMIT $6',
         m.key_column, m.embedding_column, m.table_schema, m.table_name,
         pgembed._text_v1(m.text_columns, 't'), f.clause)
-        USING query, query_text, lim, k, f.args, coalesce(keys, '{}');
+        USING query, lim, NULL::text, f.args, query_text, k, coalesce(ranking.keys, '{}');
 END
 $fn$;
 
