@@ -45,7 +45,13 @@ MIN_SLICE_ROWS = 8
 
 
 class ModelChanged(Exception):
-    """The model was altered, reindexed or removed after the worker read the catalog."""
+    """The model was altered, reindexed or removed after the worker read the catalog.
+
+    `done`: what the write-back's slices before the change did (their rows are written)."""
+
+    def __init__(self, message: str, done: BatchResult | None = None) -> None:
+        super().__init__(message)
+        self.done = done
 
 
 @dataclass(frozen=True)
@@ -268,7 +274,11 @@ def _write_slice(
         if owner is not None:
             store.clean_session(conn)
     if changed:
-        raise ModelChanged("changed since this worker read the catalog: batch given back")
+        earlier = BatchResult(len(done.settled), done.written, 0, done.postponed)
+        raise ModelChanged(
+            "changed since this worker read the catalog: batch given back",
+            earlier if done.settled else None,
+        )
     done.written += len(written)
     done.postponed += postponed
     done.held += len(held)

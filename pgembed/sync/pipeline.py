@@ -148,6 +148,8 @@ class Pipeline:
             return step()
         except ModelChanged as exc:  # its batch was handed back; the worker rereads the catalog
             log.info("model=%s %s; rereading the catalog", spec.name, exc)
+            if exc.done is not None:  # the slices written before the change
+                self._on_result(spec, exc.done)
             self._drop(spec)
             self._on_model_changed(spec)
             return None

@@ -269,9 +269,12 @@ def test_a_model_changed_between_slices_gives_back_only_the_keys_no_slice_settle
     config = batch.BatchConfig(worker_id="w1", claim_size=64, lease_seconds=60, max_attempts=5)
     with db.connection(db_url, autocommit=False) as app:
         app.execute("SELECT 1 FROM reviews WHERE id = 1 FOR UPDATE")
-        with pytest.raises(batch.ModelChanged):
+        with pytest.raises(batch.ModelChanged) as changed:
             run_batch(conn, spec, config)
         app.rollback()
+    # What the first slice did, for the worker's counts: 32 keys, 31 written, row 1 postponed.
+    first = batch.FIRST_SLICE_ROWS
+    assert changed.value.done == batch.BatchResult(first, first - 1, 0, postponed=1)
     assert conn.execute("SELECT claimed_by FROM pgembed.queue WHERE key = '1'").fetchone() == (
         "w2",
     )
