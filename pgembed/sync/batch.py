@@ -132,9 +132,14 @@ def write_back(
     try:
         return _write_back(conn, claimed, result, config, seconds, leased, done)
     except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected) as exc:
-        left = [c for c in claimed.claims if c.key not in done.settled]
+        # The rows no committed slice settled are tried again later, but for those the model
+        # failed on: their attempt counts (else a batch that keeps meeting a lock would retry them
+        # past --max-attempts).
+        failed = {row.key for row, _ in result.failed}
+        left = [c for c in claimed.claims if c.key not in done.settled and c.key not in failed]
         with conn.transaction():
             postponed = _postpone(conn, claimed.spec.name, left, leased)
+        _record_failures(conn, claimed.spec, config, {c.key: c for c in claimed.claims}, result)
         log.warning(
             "model=%s %d of a batch's %d rows given back, to try again in %.0f-%.0f s: %s",
             claimed.spec.name,
@@ -145,7 +150,7 @@ def write_back(
             db.first_line(exc),
         )
         return BatchResult(
-            len(claimed.claims), done.written, 0, postponed=done.postponed + postponed
+            len(claimed.claims), done.written, len(failed), postponed=done.postponed + postponed
         )
 
 

@@ -8,8 +8,11 @@ import time
 import psycopg
 import pytest
 
-from helpers import cli
+from helpers import cli, run_batch
+from pgembed import db
+from pgembed.catalog import registry
 from pgembed.lifecycle import models
+from pgembed.sync import batch
 
 
 @pytest.fixture
@@ -66,3 +69,30 @@ def test_poison_rows_fail_alone_retry_then_move_to_failures(
     assert poisoned.execute("SELECT count(*) FROM pgembed.failures").fetchone() == (0,)
     cli("--database-url", db_url, "sync", "--once")
     assert poisoned.execute("SELECT count(embedding_minilm) FROM reviews").fetchone() == (10,)
+
+
+def test_a_batch_given_back_for_a_lock_still_counts_its_failed_rows(
+    poisoned: psycopg.Connection, db_url: str
+) -> None:
+    """A write-back that meets a lock gives its rows back for later, but the ones the model
+    failed on are recorded as failed attempts: a batch that kept meeting the lock retried them
+    past --max-attempts, embedding them again each time."""
+    poisoned.execute(
+        "CREATE FUNCTION wait_on_two() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.id = 2 THEN PERFORM pg_advisory_xact_lock(4343); END IF; RETURN NEW; END $$"
+    )
+    poisoned.execute(
+        "CREATE TRIGGER wait_on_two BEFORE UPDATE ON reviews "
+        "FOR EACH ROW EXECUTE FUNCTION wait_on_two()"
+    )
+    spec = registry.get(poisoned, "minilm")
+    config = batch.BatchConfig(worker_id="w1", claim_size=100, lease_seconds=60, max_attempts=5)
+    with db.connection(db_url) as holder:
+        holder.execute("SELECT pg_advisory_lock(4343)")
+        result = run_batch(poisoned, spec, config)
+    assert result is not None
+    assert (result.claimed, result.written, result.failed, result.postponed) == (10, 0, 2, 8)
+    tried = poisoned.execute(
+        "SELECT key, attempts, last_error IS NOT NULL FROM pgembed.queue ORDER BY key::integer"
+    ).fetchall()
+    assert [row for row in tried if row[1] > 0] == [("90", 1, True), ("91", 1, True)]
