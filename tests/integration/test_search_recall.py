@@ -22,7 +22,7 @@ import pytest
 from pgvector import Vector
 from psycopg.types.json import Jsonb
 
-from helpers import cli, database, database_name
+from helpers import cli, database, database_name, plans
 from pgembed import db
 from pgembed.catalog import ddl
 from pgembed.errors import UsageError
@@ -282,6 +282,12 @@ def test_fixed_width_character_and_bit_columns_filter_on_their_whole_value(
             "pgembed._filter_v1(m, '{\"flags\": \"101\"}', 5) f WHERE m.name = 'minilm'"
         ).fetchone()
         assert clause is not None and "::bit(3)" in clause[0], clause
+        # ... and the plan reads the matching rows by that index.
+        real.execute("CREATE INDEX reviews_flags ON reviews (flags)")
+        real.execute("SET LOCAL enable_seqscan = off")
+        with plans(real) as found_plans:
+            assert search(real, queries[0], {"flags": "101"})
+        assert "reviews_flags" in "\n".join(found_plans)
 
 
 def test_in_with_null_lists_and_array_columns(
@@ -390,8 +396,14 @@ def test_a_text_value_no_row_has_is_named_with_the_columns_values(
         assert real.execute("SELECT pgembed.filter_note('minilm', %s)", (filter,)).fetchone() == (
             note,
         )
-    # A value some row has, a column of many values, a range: the statistics cannot say more.
-    for filter in ('{"sentiment": "pos"}', '{"body": "nothing"}', '{"cat": {"$gt": 5000}}'):
+    # A value some row has, a column of many values, a range, a list with a null (it matches the
+    # NULL rows, which the note does not weigh): the statistics cannot say more.
+    for filter in (
+        '{"sentiment": "pos"}',
+        '{"body": "nothing"}',
+        '{"cat": {"$gt": 5000}}',
+        '{"sentiment": {"$in": ["positive", null]}}',
+    ):
         assert real.execute("SELECT pgembed.filter_note('minilm', %s)", (filter,)).fetchone() == (
             None,
         )
