@@ -36,11 +36,13 @@ def has_text(text: str) -> bool:
     return _VISIBLE.search(text) is not None
 
 
-def from_first_word(text: str) -> str:
-    """`text` from its first character that is not blank, as the sync worker reads a row
-    (sync/store.py): else a text led by more blanks than the model reads is embedded empty."""
-    found = _LEADING.match(text)
-    return text[found.end() :] if found else text
+def from_first_word(text: str, limit: int | None = None) -> str:
+    """`text` from its first character that is not blank (at most `limit` characters of it:
+    a long text is not copied whole first), as the sync worker reads a row (sync/store.py):
+    else a text led by more blanks than the model reads is embedded empty."""
+    found = _LEADING.match(text)  # always matches, if only the empty string
+    start = found.end() if found else 0
+    return text[start:] if limit is None else text[start : start + limit]
 
 
 def first_word_sql(text: sql.Composable) -> sql.Composed:

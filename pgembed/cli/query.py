@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import click
@@ -71,8 +70,7 @@ def query_cmd(
         click.echo("no rows match the filter", err=True)
     if as_json:
         # Keys keep their JSON type (an integer key is a number); others (uuid, date) are strings.
-        shown = [dataclasses.asdict(h) | {"key": planner.shown_key(h.key)} for h in hits]
-        click.echo(json.dumps(shown, default=str))
+        click.echo(json.dumps([planner.hit_fields(h) for h in hits], default=str))
         return
     for h in hits:
         score = f"{h.similarity:.3f}" if isinstance(h, planner.Hit) else f"{h.score:.4f}"

@@ -182,7 +182,7 @@ class Embedder:
 
         Cut before tokenizing: a tokenizer reads a text whole before it truncates."""
         limit = self.max_chars
-        return [prefix + from_first_word(t)[:limit] for t in texts]
+        return [prefix + from_first_word(t, limit) for t in texts]
 
     def _sorted(self, texts: list[str], batch_size: int | None) -> Vectors:
         """Encode in batches of similar word-piece counts; vectors in the texts' order."""

@@ -14,6 +14,7 @@ reindex switch) and does no I/O itself, so one plan serves the sync and the asyn
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import uuid
@@ -63,6 +64,11 @@ class Hit:
     key: Any
     similarity: float
     text: str
+
+
+def hit_fields(hit: Hit | HybridHit) -> dict[str, Any]:
+    """A hit's fields for JSON (`pgembed query --json`, `pgembed serve`), its key as shown."""
+    return dataclasses.asdict(hit) | {"key": shown_key(hit.key)}
 
 
 def shown_key(key: Any) -> Any:

@@ -294,7 +294,7 @@ class Api:
         started = time.perf_counter()
         pool = self._ready()
         found = await plan.execute_async(pool, _search_plan(request), self.batcher.embed)
-        hits = [dataclasses.asdict(hit) | {"key": planner.shown_key(hit.key)} for hit in found]
+        hits = [planner.hit_fields(hit) for hit in found]
         if rows and hits:
             spec = await plan.execute_async(pool, planner.spec_plan(request.model))
             await self._add_rows(pool, spec, hits)

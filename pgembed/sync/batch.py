@@ -129,14 +129,19 @@ def write_back(
     gives back the slice it stopped and the ones after it; the slices before stay written."""
     leased = leased if leased is not None else Held()
     done = _Progress()
+    rows = _Rows(
+        result,
+        result.matrix(),
+        {row.key: i for i, row in enumerate(result.rows)},
+        {row.key for row, _ in result.failed},
+    )
     try:
-        return _write_back(conn, claimed, result, config, seconds, leased, done)
+        return _write_back(conn, claimed, rows, config, seconds, leased, done)
     except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected) as exc:
         # The rows no committed slice settled are tried again later, but for those the model
         # failed on: their attempt counts (else a batch that keeps meeting a lock would retry them
         # past --max-attempts).
-        failed = {row.key for row, _ in result.failed}
-        left = [c for c in claimed.claims if c.key not in done.settled and c.key not in failed]
+        left = [c for c in claimed.claims if c.key not in done.settled and c.key not in rows.failed]
         with conn.transaction():
             postponed = _postpone(conn, claimed.spec.name, left, leased)
         _record_failures(conn, claimed.spec, config, {c.key: c for c in claimed.claims}, result)
@@ -150,7 +155,10 @@ def write_back(
             db.first_line(exc),
         )
         return BatchResult(
-            len(claimed.claims), done.written, len(failed), postponed=done.postponed + postponed
+            len(claimed.claims),
+            done.written,
+            len(rows.failed),
+            postponed=done.postponed + postponed,
         )
 
 
@@ -167,19 +175,13 @@ class _Progress:
 def _write_back(
     conn: psycopg.Connection,
     claimed: Claimed,
-    result: Embedded,
+    rows: _Rows,
     config: BatchConfig,
     seconds: float,
     leased: Held,
     done: _Progress,
 ) -> BatchResult:
-    spec, claims = claimed.spec, claimed.claims
-    rows = _Rows(
-        result,
-        result.matrix(),
-        {row.key: i for i, row in enumerate(result.rows)},
-        {row.key for row, _ in result.failed},
-    )
+    spec, claims, result = claimed.spec, claimed.claims, rows.result
     # In key order, the order each slice locks its rows in.
     pending = sorted(claims, key=lambda c: c.key)
     size = FIRST_SLICE_ROWS

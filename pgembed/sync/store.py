@@ -76,14 +76,15 @@ def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list
     whole. The md5 is still the whole text's."""
     further = defaults.CHUNK_CHARS_PER_WORD_PIECE * (spec.windows - 1)  # read more tightly
     chars = (defaults.CHARS_PER_WORD_PIECE + further) * spec.max_seq_length
+    text = naming.text_expression(spec, "t")
     query = sql.SQL(
         "SELECT t.{key}::text, {first_word}, pg_catalog.md5({text}) "
         "FROM {table} t WHERE t.{key} OPERATOR(pg_catalog.=) ANY(%s::{type}[]) "
         "AND pgembed._has_text_v1(({text})::pg_catalog.text)"
     ).format(
         key=sql.Identifier(spec.key_column),
-        text=naming.text_expression(spec, "t"),
-        first_word=texts.first_word_sql(naming.text_expression(spec, "t")),
+        text=text,
+        first_word=texts.first_word_sql(text),
         table=naming.table(spec),
         type=naming.key_type(spec),
     )

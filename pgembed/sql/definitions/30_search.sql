@@ -433,13 +433,13 @@ $fn$;
 CREATE OR REPLACE FUNCTION pgembed._row_has_text_v1(m pgembed.models, row_key text) RETURNS boolean
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
-    found boolean;
+    has_text boolean;  -- not `found`, which would hide PL/pgSQL's FOUND
 BEGIN
     EXECUTE format('SELECT pgembed._has_text_v1(%s) FROM %I.%I t WHERE t.%I = $1::%s',
                    pgembed._text_v1(m.text_columns, 't'), m.table_schema, m.table_name,
                    m.key_column, pgembed._column_type_v1(m, m.key_column))
-        INTO found USING row_key;
-    RETURN coalesce(found, false);
+        INTO has_text USING row_key;
+    RETURN coalesce(has_text, false);
 END
 $fn$;
 
@@ -898,6 +898,7 @@ BEGIN
          LIMIT $6',
         m.key_column, m.embedding_column, m.table_schema, m.table_name,
         pgembed._text_v1(m.text_columns, 't'), f.clause)
+        -- $1-$4 as _ranking_v1 numbers them, for the filter's values at $4 (f.clause).
         USING query, lim, NULL::text, f.args, query_text, k, coalesce(ranking.keys, '{}');
 END
 $fn$;
