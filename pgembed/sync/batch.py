@@ -249,8 +249,8 @@ def _write_slice(
                 found = trust.inspect(conn, spec)
                 owner = found.owner if found is not None and found.writes_as_owner else None
                 locked = store.lock(conn, spec, keys, md5s)
-                held = set(keys) - set(locked)
-                kept = [i for i, key in enumerate(keys) if locked.get(key)]
+                held = locked.held
+                kept = [i for i, key in enumerate(keys) if locked.same.get(key)]
                 vectors = rows.matrix[[kept_rows[i] for i in kept]]
                 if owner is None:
                     written = store.write(

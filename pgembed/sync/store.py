@@ -151,9 +151,18 @@ def write(
         return written
 
 
+@dataclass(frozen=True)
+class Locked:
+    """What lock found: of each row it locked, whether md5(text) still matches; and the keys
+    whose row another transaction holds (a key whose row is gone is in neither)."""
+
+    same: dict[str, bool]
+    held: set[str]
+
+
 def lock(
     conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str], text_md5s: Sequence[str]
-) -> dict[str, bool]:
+) -> Locked:
     """In the caller's transaction: lock the rows of `keys` that no other transaction holds, in
     key order, and say of each whether md5(text) still matches. A row another transaction holds
     (an application's open transaction updated, deleted or locked it) is skipped, not waited
@@ -163,7 +172,7 @@ def lock(
     They are the UPDATE's own (FOR NO KEY UPDATE): a row that a transaction inserting rows that
     reference it holds (FOR KEY SHARE) is written, not skipped."""
     if not keys:
-        return {}
+        return Locked({}, set())
     order = sorted(range(len(keys)), key=lambda i: keys[i])
     query = sql.SQL(
         "SELECT v.key, (pg_catalog.md5({text}) OPERATOR(pg_catalog.=) v.text_md5) IS TRUE "
@@ -181,8 +190,24 @@ def lock(
     row_security_errors(conn)
     params = ([keys[i] for i in order], [text_md5s[i] for i in order])
     locked = {key: same for key, same in conn.execute(query, params)}
+    skipped = [key for key in keys if key not in locked]
+    held = _still_there(conn, spec, skipped) if skipped else set()
     _row_security_back(conn)
-    return locked
+    return Locked(locked, held)
+
+
+def _still_there(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> set[str]:
+    """Of the keys SKIP LOCKED passed over, those whose row this statement still sees: held by
+    another transaction. A row deleted (or its key changed) since the read is gone, not held:
+    its key is done, not tried again as if it were locked."""
+    query = sql.SQL(
+        "SELECT v.key FROM pg_catalog.unnest(%s::pg_catalog.text[]) AS v(key) "
+        "WHERE EXISTS (SELECT FROM {table} t "
+        "WHERE t.{key} OPERATOR(pg_catalog.=) v.key::{type})"
+    ).format(
+        table=naming.table(spec), key=sql.Identifier(spec.key_column), type=naming.key_type(spec)
+    )
+    return {key for (key,) in conn.execute(query, (list(keys),))}
 
 
 def wait_briefly(conn: psycopg.Connection, timeout: str) -> None:

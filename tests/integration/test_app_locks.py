@@ -3,6 +3,7 @@ never waits for a row the application holds, so the two never deadlock, and no r
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -73,6 +74,31 @@ def test_a_write_back_never_waits_for_a_row_the_application_holds(
     left = reviews.execute("SELECT count(*) FROM reviews WHERE id = 5").fetchone()
     assert left == ((1,) if kept else (0,))
     assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+
+
+def test_a_row_deleted_since_the_read_is_not_counted_as_held(
+    spec: registry.ModelSpec,
+    reviews: psycopg.Connection,
+    db_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The write-back's SKIP LOCKED passes over a row that is gone as over a held one: the batch's
+    # log line counted it in held=, which says how many rows applications kept the daemon from.
+    claimed = batch.fetch(reviews, spec, CONFIG)
+    assert claimed is not None and len(claimed.rows) == 8
+    embedded = batch.embed(claimed, CONFIG)
+    with db.connection(db_url) as app:
+        app.execute("DELETE FROM reviews WHERE id = 5")
+        with db.connection(db_url, autocommit=False) as holder:
+            holder.execute("SELECT 1 FROM reviews WHERE id = 6 FOR UPDATE")
+            with caplog.at_level(logging.INFO, logger="pgembed.sync"):
+                result = batch.write_back(reviews, claimed, embedded, CONFIG, 1.0)
+    assert (result.written, result.postponed, result.skipped) == (6, 1, 1)
+    assert "rows=8 written=6 failed=0 held=1 " in caplog.text
+    sleep_until_due(reviews)
+    worker.Worker(db_url, worker.Options(once=True)).run()
+    assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+    assert_every_vector_matches_its_text(reviews)
 
 
 def test_a_row_a_referencing_insert_holds_is_written_at_once(
