@@ -18,6 +18,7 @@ from pgembed.encode import embedder
 from pgembed.encode.settings import runtime_settings
 from pgembed.sync import store
 from pgembed.sync.isolate import Embedded, embed_rows
+from pgembed.sync.kept import Kept
 from pgembed.sync.leases import Held
 from pgembed.sync.store import Claim, SourceRow
 
@@ -60,6 +61,7 @@ class BatchResult:
     written: int
     failed: int
     postponed: int = 0  # rows another transaction held: tried again later (store.postpone)
+    postponed_keys: frozenset[str] = frozenset()  # their keys (pipeline.py keeps their vectors)
 
     @property
     def skipped(self) -> int:
@@ -98,9 +100,15 @@ def fetch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) -> Cla
     return Claimed(spec, claims, store.read(conn, spec, [c.key for c in claims]))
 
 
-def embed(claimed: Claimed, config: BatchConfig) -> Embedded:
+def embed(claimed: Claimed, config: BatchConfig, kept: Kept | None = None) -> Embedded:
+    """The batch's vectors: those `kept` has for a row's text as read now, the rest embedded."""
+    found, rest = (Embedded(), claimed.rows)
+    if kept is not None:
+        found, rest = kept.take(claimed.spec, claimed.rows)
+    if not rest:  # every row's vector was kept: the model need not even be loaded
+        return found
     settings = runtime_settings(claimed.spec, config.device)
-    return embed_rows(embedder.get(settings), claimed.rows, claimed.spec.windows)
+    return embed_rows(embedder.get(settings), rest, claimed.spec.windows).joined(found)
 
 
 def write_back(
@@ -159,6 +167,7 @@ def write_back(
             done.written,
             len(rows.failed),
             postponed=done.postponed + postponed,
+            postponed_keys=frozenset(done.postponed_keys | {c.key for c in left}),
         )
 
 
@@ -170,6 +179,7 @@ class _Progress:
     postponed: int = 0
     held: int = 0
     settled: set[str] = field(default_factory=set)  # keys completed or postponed
+    postponed_keys: set[str] = field(default_factory=set)
 
 
 def _write_back(
@@ -195,16 +205,23 @@ def _write_back(
         size = max(MIN_SLICE_ROWS, int(WRITE_SLICE_SECONDS / max(per_row, 1e-6)))
     _record_failures(conn, spec, config, {c.key: c for c in claims}, result)
     log.info(
-        "model=%s rows=%d written=%d failed=%d held=%d seconds=%.2f rows_per_second=%.1f",
+        "model=%s rows=%d written=%d failed=%d held=%d reused=%d seconds=%.2f rows_per_second=%.1f",
         spec.name,
         len(claims),
         done.written,
         len(result.failed),
         done.held,
+        result.reused,
         seconds,
         len(claims) / max(seconds, 1e-9),
     )
-    return BatchResult(len(claims), done.written, len(result.failed), postponed=done.postponed)
+    return BatchResult(
+        len(claims),
+        done.written,
+        len(result.failed),
+        postponed=done.postponed,
+        postponed_keys=frozenset(done.postponed_keys),
+    )
 
 
 @dataclass(frozen=True)
@@ -290,6 +307,7 @@ def _write_slice(
     done.postponed += postponed
     done.held += len(held)
     done.settled.update(c.key for c in [*complete, *busy])
+    done.postponed_keys.update(c.key for c in busy)
 
 
 def _postpone(conn: psycopg.Connection, model: str, claims: list[Claim], leased: Held) -> int:

@@ -21,9 +21,21 @@ class Embedded:
     failed: list[tuple[SourceRow, str]] = field(default_factory=list)
     # A chunked model's windows past the first: (key, window number from 1, vector) each.
     chunks: list[tuple[str, int, Vectors]] = field(default_factory=list)
+    reused: int = 0  # rows whose vectors were kept from an earlier try (kept.py), not embedded
 
     def matrix(self) -> Vectors:
         return np.concatenate(self.vectors) if self.vectors else np.empty((0, 0), np.float32)
+
+    def joined(self, other: Embedded) -> Embedded:
+        """Both in one, this one's rows first (each row's vector stays at its row's position)."""
+        return Embedded(
+            [*self.rows, *other.rows],
+            [*self.vectors, *other.vectors],
+            [*self.truncated, *other.truncated],
+            [*self.failed, *other.failed],
+            [*self.chunks, *other.chunks],
+            self.reused + other.reused,
+        )
 
 
 def embed_rows(embedder: Embedder, rows: Sequence[SourceRow], max_windows: int = 1) -> Embedded:

@@ -35,6 +35,7 @@ from pgembed.sync.batch import (
     write_back,
 )
 from pgembed.sync.isolate import Embedded
+from pgembed.sync.kept import Kept
 from pgembed.sync.leases import Held
 
 log = logging.getLogger("pgembed.sync")
@@ -59,6 +60,7 @@ class Pipeline:
         on_failed: OnFailed | None = None,
         on_model_changed: Callable[[ModelSpec], None] = lambda _spec: None,
         interrupt: Callable[[], bool] = lambda: False,
+        kept: Kept | None = None,
     ) -> None:
         self._conn = conn  # used only by the I/O thread while run() runs
         # A local server's write-backs take a core from the encode beside them (encode/sharing.py).
@@ -73,6 +75,8 @@ class Pipeline:
         self._on_model_changed = on_model_changed
         self._interrupt = interrupt  # checked once per batch: True ends the drain after it
         self._last_done = time.monotonic()
+        # Held rows' vectors, for their next try (the worker's, so they outlive this drain).
+        self._kept = kept if kept is not None else Kept()
 
     def run(self) -> bool:
         """Process batches until there are none or stop is set; True if any batch was done."""
@@ -94,7 +98,7 @@ class Pipeline:
                         break
                     if not self._interrupt():  # the next batch, claimed while this one encodes
                         upcoming = io.submit(self._fetch_next)
-                    result = embed(claimed, self._config)
+                    result = embed(claimed, self._config, self._kept)
                     self._collect(writing)
                     writing = io.submit(self._store, claimed, result)
                     did_work = True
@@ -130,7 +134,10 @@ class Pipeline:
                 )
         finally:
             self._held.drop(claimed.claims)
-        return None if stored is None else (claimed.spec, stored)
+        if stored is None:
+            return None
+        self._kept.keep(claimed.spec, result, stored.postponed_keys)
+        return claimed.spec, stored
 
     def _release(self, claimed: Claimed) -> None:
         try:

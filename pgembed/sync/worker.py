@@ -29,6 +29,7 @@ from pgembed.encode.settings import runtime_settings
 from pgembed.errors import ConfigError, DatabaseError, NotFoundError
 from pgembed.sync import store
 from pgembed.sync.batch import BatchConfig, BatchResult
+from pgembed.sync.kept import Kept
 from pgembed.sync.leases import Keeper
 from pgembed.sync.pipeline import Pipeline
 
@@ -115,6 +116,7 @@ class Worker:
         self._config = BatchConfig(
             self.id, options.claim_size, options.lease_seconds, options.max_attempts, options.device
         )
+        self._kept = Kept()  # held rows' vectors, across drains (sync/kept.py)
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -263,6 +265,7 @@ class Worker:
             on_failed=partial(self._batch_failed, conn),
             on_model_changed=self._model_changed,
             interrupt=interrupt,
+            kept=self._kept,
         )
         return pipeline.run()
 

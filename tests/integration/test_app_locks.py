@@ -94,11 +94,43 @@ def test_a_row_deleted_since_the_read_is_not_counted_as_held(
             with caplog.at_level(logging.INFO, logger="pgembed.sync"):
                 result = batch.write_back(reviews, claimed, embedded, CONFIG, 1.0)
     assert (result.written, result.postponed, result.skipped) == (6, 1, 1)
-    assert "rows=8 written=6 failed=0 held=1 " in caplog.text
+    assert "rows=8 written=6 failed=0 held=1 reused=0 " in caplog.text
     sleep_until_due(reviews)
     worker.Worker(db_url, worker.Options(once=True)).run()
     assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
     assert_every_vector_matches_its_text(reviews)
+
+
+@pytest.mark.parametrize(
+    ("statement", "reused"),
+    [
+        ("UPDATE reviews SET stars = 1 WHERE id = 5", 1),
+        ("UPDATE reviews SET body = 'A new text meanwhile.' WHERE id = 5", 0),
+    ],
+    ids=["same text", "new text"],
+)
+def test_a_held_row_is_not_embedded_again_while_its_text_is_the_same(
+    spec: registry.ModelSpec,
+    reviews: psycopg.Connection,
+    db_url: str,
+    caplog: pytest.LogCaptureFixture,
+    statement: str,
+    reused: int,
+) -> None:
+    daemon = worker.Worker(db_url, worker.Options(once=True))
+    with db.connection(db_url, autocommit=False) as app:
+        app.execute(statement)
+        daemon.run()
+        app.commit()
+    assert reviews.execute("SELECT count(embedding_minilm) FROM reviews").fetchone() == (7,)
+    sleep_until_due(reviews)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="pgembed.sync"):
+        daemon.run()  # the same worker's next pass, as a daemon's
+    # The vector kept from the first try is written, unless the text is another now.
+    assert f"rows=1 written=1 failed=0 held=0 reused={reused} " in caplog.text
+    assert_every_vector_matches_its_text(reviews)
+    assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
 
 
 def test_a_row_a_referencing_insert_holds_is_written_at_once(
