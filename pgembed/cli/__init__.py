@@ -7,6 +7,7 @@ from pgembed.cli.app import App, main
 for _command in (
     data.migrate_cmd,
     model.model_group,
+    model.alter_table_cmd,
     sync.sync_cmd,
     query.query_cmd,
     embed.embed_cmd,

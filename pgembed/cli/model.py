@@ -1,4 +1,5 @@
-"""`pgembed model ...`: add, list, remove, fulltext and alter a model."""
+"""`pgembed model ...`: add, list, remove, fulltext and alter a model; `pgembed alter-table`
+around the models of a table."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from pgembed.cli.reindex import (
     run_reindex,
 )
 from pgembed.encode import precision
-from pgembed.lifecycle import indexbuild, models, reindex
+from pgembed.lifecycle import altertable, indexbuild, models, reindex
 
 
 @click.group("model")
@@ -239,3 +240,26 @@ def model_alter(app: App, /, name: str, no_wait: bool, **kw: Any) -> None:
     click.echo(f"precision {shadow.precision}: {shadow.precision_note}")
     if options is not None:
         run_reindex(app, name, options)
+
+
+@click.command("alter-table")
+@click.argument("table")
+@click.argument("statement")
+@pass_app
+def alter_table_cmd(app: App, table: str, statement: str) -> None:
+    """Run STATEMENT (e.g. ALTER TABLE ... ALTER COLUMN ... TYPE) with the capture triggers of
+    TABLE's models lifted around it, in one transaction; the vectors stay.
+
+    PostgreSQL refuses to change the type of a column a trigger names (a model's key and text
+    columns). Rows whose text the statement changes are embedded again."""
+    with app.connect() as conn:
+        done = altertable.alter_table(conn, table, statement, on_wait=_say_waiting)
+    click.echo(
+        f"altered {done.schema}.{done.table}; capture triggers made again for model(s) "
+        f"{', '.join(done.models)}"
+    )
+    for name, (old, new) in done.key_types.items():
+        click.echo(f"model {name}: key type {old} -> {new}")
+    for name, queued in done.requeued.items():
+        if queued:
+            click.echo(f"model {name}: {queued} rows' text changed: queued to embed again")

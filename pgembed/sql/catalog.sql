@@ -39,6 +39,10 @@ UPDATE pgembed.models SET precision = %(precision)s, precision_requested = %(pre
     precision_cosine = %(precision_cosine)s, precision_note = %(precision_note)s
 WHERE name = %(name)s AND version = %(version)s;
 
+-- name: set_key_type
+-- `pgembed alter-table` records the key column's new type (the daemon's casts use it).
+UPDATE pgembed.models SET key_type = %(key_type)s WHERE name = %(name)s;
+
 -- name: set_ef_search
 -- `pgembed tune` records the model's default hnsw.ef_search (NULL: pgvector's).
 UPDATE pgembed.models SET ef_search = %(ef_search)s WHERE name = %(name)s;

@@ -110,3 +110,19 @@ ORDER BY b.pid;
 SELECT GREATEST(c.reltuples, 0)::bigint FROM pg_catalog.pg_class c
 WHERE c.oid = pg_catalog.to_regclass(
     pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text))::pg_catalog.oid;
+
+-- name: requeue_keys
+-- `pgembed alter-table`: keys whose text the statement changed are queued as the update trigger
+-- queues them (a claim in flight is voided: its write-back finds another seq); keys left with no
+-- text, or no row, lose their pending work, failures and truncation marks.
+INSERT INTO pgembed.queue AS q (model, key)
+SELECT %(model)s, k FROM pg_catalog.unnest(%(queued)s::pg_catalog.text[]) AS k
+ON CONFLICT (model, key) DO UPDATE
+    SET seq = excluded.seq, enqueued_at = excluded.enqueued_at, attempts = 0,
+        next_attempt_at = excluded.next_attempt_at, claimed_by = NULL, last_error = NULL;
+DELETE FROM pgembed.queue WHERE model = %(model)s AND key = ANY (%(forgotten)s::pg_catalog.text[]);
+DELETE FROM pgembed.inbox WHERE model = %(model)s AND key = ANY (%(forgotten)s::pg_catalog.text[]);
+DELETE FROM pgembed.truncated
+WHERE model = %(model)s AND key = ANY (%(forgotten)s::pg_catalog.text[]);
+DELETE FROM pgembed.failures
+WHERE model = %(model)s AND key = ANY (%(forgotten)s::pg_catalog.text[]);

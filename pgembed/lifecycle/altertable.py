@@ -1,0 +1,221 @@
+"""`pgembed alter-table`: a statement of the user's (e.g. a watched column's new type) run with
+the capture triggers of the table's models lifted around it, in one transaction.
+
+PostgreSQL refuses `ALTER COLUMN ... TYPE` and `DROP COLUMN` of a column a trigger names, and a
+model's update trigger names its key and text columns. Removing the model and adding it again
+would embed every row anew; this keeps the vectors. The texts are fingerprinted (md5) before the
+statement: a row whose text the statement changed (a shorter varchar, a char(n)'s padding) has
+its vector cleared and its key queued, as the update trigger would have done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from pgembed import capture, db, sqlfiles
+from pgembed.catalog import ddl, naming, registry, tables
+from pgembed.catalog.registry import ModelSpec
+from pgembed.errors import NotFoundError, UsageError
+from pgembed.sync import store
+
+# A statement that would end the transaction the triggers are dropped and made again in. A false
+# match (the word in a string) only refuses the statement.
+_ENDS_TRANSACTION = re.compile(
+    r"(^|;)\s*(BEGIN|START\s+TRANSACTION|COMMIT|END|ROLLBACK|ABORT|SAVEPOINT|RELEASE|PREPARE\s+"
+    r"TRANSACTION)\b",
+    re.IGNORECASE,
+)
+# Fingerprints of the texts before the statement: one row per model and key, gone at commit.
+_BEFORE = sql.Identifier("pgembed_alter_table_before")
+
+
+@dataclass(frozen=True)
+class Altered:
+    schema: str
+    table: str
+    models: list[str]
+    requeued: dict[str, int]  # model -> rows whose text the statement changed
+    key_types: dict[str, tuple[str, str]]  # model -> (old, new) key type, where it changed
+
+
+def alter_table(
+    conn: psycopg.Connection, table: str, statement: str, on_wait: ddl.OnWait | None = None
+) -> Altered:
+    """Run `statement` on an autocommit `conn` with the triggers of every model watching `table`
+    (a reindex's shadow too) dropped before it and made again after it, in one transaction."""
+    schema, name = naming.parse_table(table)
+    if not statement.strip():
+        raise UsageError(
+            "give the statement to run, e.g. 'ALTER TABLE t ALTER COLUMN body TYPE text'"
+        )
+    if _ENDS_TRANSACTION.search(statement):
+        raise UsageError(
+            "the statement runs inside pgembed's transaction: leave BEGIN, COMMIT, ROLLBACK and "
+            "savepoints out of it"
+        )
+    specs = [
+        s for s in registry.all_models(conn) if (s.table_schema, s.table_name) == (schema, name)
+    ]
+    if not specs:
+        raise UsageError(
+            f"no model watches table {schema}.{name}: run the statement yourself (`pgembed model "
+            "list` shows the tables pgembed watches)"
+        )
+
+    def work() -> Altered:
+        # Catalog rows first, then the table: the sync write-back's order (no deadlock).
+        for spec in specs:
+            conn.execute(sqlfiles.get("lifecycle", "lock_model_rows"), {"name": spec.name})
+        ddl.lock_table(conn, specs[0])
+        with _rows_unfiltered(conn):
+            _fingerprint(conn, specs)
+        for spec in specs:
+            capture.drop_triggers(conn, spec)
+        try:
+            conn.execute(statement.encode())  # no parameters: several statements may be given
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
+            raise  # retrying_locks tries the whole transaction again
+        except psycopg.Error as exc:
+            raise UsageError(
+                f"the statement failed, nothing changed: {db.first_line(exc)}"
+            ) from None
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
+            raise UsageError(
+                f"the statement ended pgembed's transaction, so the capture triggers may be "
+                f"missing: `pgembed alter-table {table} 'SELECT 1'` makes them again"
+            )
+        after = tables.inspect(conn, schema, name)
+        changed: dict[str, tuple[str, str]] = {}
+        requeued: dict[str, int] = {}
+        for spec in specs:
+            new = _checked(after, spec)
+            if new.key_type != spec.key_type:
+                changed[spec.name] = (spec.key_type, new.key_type)
+                conn.execute(
+                    sqlfiles.get("catalog", "set_key_type"),
+                    {"name": spec.name, "key_type": new.key_type},
+                )
+            with _rows_unfiltered(conn):
+                requeued[spec.name] = _requeue_changed(conn, new)
+            capture.create_triggers(conn, new)
+            capture.notify(conn, new.name)
+        return Altered(schema, name, [s.name for s in specs], requeued, changed)
+
+    return ddl.retrying_locks(conn, schema, name, work, on_wait)
+
+
+@contextmanager
+def _rows_unfiltered(conn: psycopg.Connection) -> Iterator[None]:
+    """Reads of the table that row-level security would filter fail instead (a row hidden from
+    the fingerprint would look changed); the user's statement runs under the session's own."""
+    before = conn.execute("SELECT pg_catalog.current_setting('row_security')").fetchone()
+    store.row_security_errors(conn)
+    yield
+    conn.execute(
+        "SELECT pg_catalog.set_config('row_security', %s, true)", (before[0] if before else "on",)
+    )
+
+
+def _checked(after: tables.TableInfo, spec: ModelSpec) -> ModelSpec:
+    """The model as the statement left its table: its columns still there, its texts still
+    text, its key still usable; else an error that rolls the statement back."""
+    where = f"model {spec.name}"
+    for column in (spec.key_column, spec.embedding_column):
+        if column not in after.columns:
+            raise UsageError(
+                f"{where}: column {column!r} is gone after the statement; rolled back "
+                f"(`pgembed model remove {spec.name}` first to drop or rename it)"
+            )
+    for column in spec.text_columns:
+        try:
+            tables.text_column(after, column)
+        except (UsageError, NotFoundError) as exc:
+            raise UsageError(f"{where}: {exc}; rolled back") from None
+    key_type = after.columns[spec.key_column]
+    if key_type != spec.key_type:
+        tables.trusted(after, spec.key_column, "key")
+        if spec.chunked:
+            raise UsageError(
+                f"{where}: the key column's type changed ({spec.key_type} to {key_type}) and its "
+                "chunk table is keyed by the old one; rolled back (`pgembed model remove` the "
+                "chunked model, then add it again)"
+            )
+    return dataclasses.replace(spec, key_type=key_type)
+
+
+def _fingerprint(conn: psycopg.Connection, specs: list[ModelSpec]) -> None:
+    conn.execute(
+        sql.SQL(
+            "CREATE TEMPORARY TABLE {} (model pg_catalog.text, key pg_catalog.text, "
+            "md5 pg_catalog.text, PRIMARY KEY (model, key)) ON COMMIT DROP"
+        ).format(_BEFORE)
+    )
+    for spec in specs:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {before} SELECT %s, t.{key}::pg_catalog.text, pg_catalog.md5({text}) "
+                "FROM {table} t WHERE t.{key} IS NOT NULL"
+            ).format(
+                before=_BEFORE,
+                key=sql.Identifier(spec.key_column),
+                text=naming.text_expression(spec, "t"),
+                table=naming.table(spec),
+            ),
+            (spec.name,),
+        )
+
+
+def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec) -> int:
+    """What the update trigger does for a changed row, for the rows whose key or text the
+    statement changed: the vector (and chunks) cleared, the key queued if it has text, else its
+    bookkeeping dropped; and the bookkeeping of keys no row has now. How many were queued."""
+    key, table = sql.Identifier(spec.key_column), naming.table(spec)
+    text = naming.text_expression(spec, "t")
+    rows = conn.execute(
+        sql.SQL(
+            "SELECT t.{key}::pg_catalog.text, pgembed._has_text_v1(({text})::pg_catalog.text) "
+            "FROM {table} t WHERE t.{key} IS NOT NULL AND NOT EXISTS (SELECT FROM {before} b "
+            "WHERE b.model OPERATOR(pg_catalog.=) %s "
+            "AND b.key OPERATOR(pg_catalog.=) t.{key}::pg_catalog.text "
+            "AND b.md5 OPERATOR(pg_catalog.=) pg_catalog.md5({text}))"
+        ).format(key=key, text=text, table=table, before=_BEFORE),
+        (spec.name,),
+    ).fetchall()
+    gone = conn.execute(
+        sql.SQL(
+            "SELECT b.key FROM {before} b WHERE b.model OPERATOR(pg_catalog.=) %s "
+            "AND NOT EXISTS (SELECT FROM {table} t "
+            "WHERE t.{key}::pg_catalog.text OPERATOR(pg_catalog.=) b.key)"
+        ).format(before=_BEFORE, table=table, key=key),
+        (spec.name,),
+    ).fetchall()
+    changed = [k for k, _ in rows]
+    if changed:
+        conn.execute(
+            sql.SQL(
+                "UPDATE {table} t SET {vector} = NULL WHERE {vector} IS NOT NULL "
+                "AND t.{key}::pg_catalog.text OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])"
+            ).format(table=table, vector=sql.Identifier(spec.embedding_column), key=key),
+            (changed,),
+        )
+        if spec.chunked:
+            conn.execute(
+                sql.SQL(
+                    "DELETE FROM {} c WHERE c.key::pg_catalog.text "
+                    "OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])"
+                ).format(naming.chunk_table(spec)),
+                (changed,),
+            )
+    queued = [k for k, has_text in rows if has_text]
+    forgotten = [k for k, has_text in rows if not has_text] + [k for (k,) in gone]
+    params = {"model": spec.name, "queued": queued, "forgotten": forgotten}
+    for statement in sqlfiles.statements("lifecycle", "requeue_keys"):
+        conn.execute(statement, params)
+    return len(queued)

@@ -1,0 +1,189 @@
+"""`pgembed alter-table`: a watched column's type changes with the capture triggers lifted around
+the statement, the vectors kept, and a text the statement changed embedded again."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from daemon_helpers import assert_every_vector_matches_its_text
+from helpers import REVIEWS, cli
+from pgembed import db
+from pgembed.catalog import naming, registry
+from pgembed.lifecycle import models
+from pgembed.sync import batch, worker
+
+
+def synced(db_url: str) -> None:
+    worker.Worker(db_url, worker.Options(once=True)).run()
+
+
+def vectors(conn: psycopg.Connection) -> dict[int, str]:
+    rows = conn.execute("SELECT id, embedding_minilm::text FROM reviews").fetchall()
+    return dict(rows)
+
+
+def triggers(conn: psycopg.Connection) -> list[str]:
+    rows = conn.execute(
+        "SELECT tgname FROM pg_trigger WHERE tgrelid = 'reviews'::regclass AND NOT tgisinternal "
+        "ORDER BY tgname"
+    ).fetchall()
+    return [name for (name,) in rows]
+
+
+def test_a_watched_columns_type_changes_and_the_vectors_stay(
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    synced(db_url)
+    before, made = vectors(reviews), triggers(reviews)
+    assert sorted(naming.trigger_names(spec)) == made
+    with pytest.raises(psycopg.errors.FeatureNotSupported):  # PostgreSQL, on its own
+        reviews.execute("ALTER TABLE reviews ALTER COLUMN id TYPE bigint")
+    result = cli(
+        "--database-url",
+        db_url,
+        "alter-table",
+        "reviews",
+        "ALTER TABLE reviews ALTER COLUMN id TYPE bigint; "
+        "ALTER TABLE reviews ALTER COLUMN body TYPE varchar(500)",
+    )
+    assert result.exit_code == 0, result.output
+    assert "model minilm: key type integer -> bigint" in result.output
+    assert "queued" not in result.output  # no text changed
+    assert registry.get(reviews, "minilm").key_type == "bigint"
+    assert vectors(reviews) == before and triggers(reviews) == made
+    assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+    # Capture goes on through the new triggers, and the daemon writes with the new key type.
+    reviews.execute("UPDATE reviews SET body = 'A new text, after the new types.' WHERE id = 3")
+    reviews.execute("INSERT INTO reviews VALUES (5000000000, 'A key past integer.', 3)")
+    synced(db_url)
+    assert_every_vector_matches_its_text(reviews)
+    hits = reviews.execute(
+        "SELECT key FROM pgembed.search('minilm', (SELECT embedding_minilm FROM reviews "
+        "WHERE id = 5000000000), 1)"
+    ).fetchall()
+    assert hits == [("5000000000",)]
+
+
+def test_a_text_the_statement_changes_is_embedded_again(
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    synced(db_url)
+    reviews.execute(
+        "INSERT INTO pgembed.failures (model, key, attempts, error) "
+        "VALUES ('minilm', '8', 5, 'an old failure')"
+    )
+    result = cli(
+        "--database-url",
+        db_url,
+        "alter-table",
+        "reviews",
+        "ALTER TABLE reviews ALTER COLUMN body TYPE varchar(40) USING left(body, 40); "
+        "UPDATE reviews SET body = '' WHERE id = 8",
+    )
+    assert result.exit_code == 0, result.output
+    cut = {key for key, text in REVIEWS if len(text) > 40} - {8}
+    assert f"model minilm: {len(cut)} rows' text changed: queued to embed again" in result.output
+    cleared = reviews.execute("SELECT id FROM reviews WHERE embedding_minilm IS NULL").fetchall()
+    assert {key for (key,) in cleared} == cut | {8}  # and row 8, now blank
+    queued = reviews.execute("SELECT key::integer FROM pgembed.queue").fetchall()
+    assert {key for (key,) in queued} == cut
+    assert reviews.execute("SELECT count(*) FROM pgembed.failures").fetchone() == (0,)
+    reviews.execute("DELETE FROM reviews WHERE id = 8")
+    synced(db_url)
+    assert_every_vector_matches_its_text(reviews)
+
+
+@pytest.mark.parametrize(
+    ("statement", "error"),
+    [
+        ("ALTER TABLE reviews DROP COLUMN body", "model minilm: column 'body' does not exist"),
+        ("ALTER TABLE reviews ALTER COLUMN body TYPE integer USING length(body)", "not text"),
+        ("ALTER TABLE reviews ALTER COLUMN nope TYPE text", "the statement failed, nothing "),
+        ("ALTR TABLE reviews", "the statement failed, nothing changed: syntax error"),
+        ("ALTER TABLE reviews ADD COLUMN x int; COMMIT", "leave BEGIN, COMMIT, ROLLBACK"),
+        ("", "give the statement to run"),
+    ],
+)
+def test_a_statement_that_would_break_a_model_changes_nothing(
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str, statement: str, error: str
+) -> None:
+    synced(db_url)
+    before, made = vectors(reviews), triggers(reviews)
+    result = cli("--database-url", db_url, "alter-table", "reviews", statement)
+    assert result.exit_code != 0
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and error in lines[0], result.output
+    assert vectors(reviews) == before and triggers(reviews) == made
+    columns = reviews.execute(
+        "SELECT count(*) FROM information_schema.columns WHERE table_name = 'reviews'"
+    ).fetchone()
+    assert columns == (4,)
+    reviews.execute("UPDATE reviews SET body = 'Still captured.' WHERE id = 2")
+    assert reviews.execute("SELECT key FROM pgembed.queue").fetchall() == [("2",)]
+
+
+def test_a_table_no_model_watches_is_refused(reviews: psycopg.Connection, db_url: str) -> None:
+    result = cli("--database-url", db_url, "alter-table", "reviews", "SELECT 1")
+    assert result.exit_code != 0
+    assert "no model watches table public.reviews: run the statement yourself" in result.output
+
+
+def test_a_chunked_models_text_column_changes_type_with_its_chunks_kept(
+    reviews: psycopg.Connection, db_url: str
+) -> None:
+    long = " ".join(f"Sentence {i} of a long review about a phone that breaks." for i in range(60))
+    reviews.execute("UPDATE reviews SET body = %s WHERE id = 1", (long,))
+    request = models.AddRequest("minilm", "reviews", "body", precision="fp32", long_texts="chunk")
+    models.add(reviews, request)
+    synced(db_url)
+    chunks = "SELECT key, chunk, embedding::text FROM pgembed_minilm_chunks ORDER BY 1, 2"
+    before = reviews.execute(chunks).fetchall()
+    assert len(before) > 1
+    result = cli(
+        "--database-url",
+        db_url,
+        "alter-table",
+        "reviews",
+        "ALTER TABLE reviews ALTER COLUMN body TYPE varchar(5000)",
+    )
+    assert result.exit_code == 0, result.output
+    assert reviews.execute(chunks).fetchall() == before
+    # The key's type cannot change under its chunk table: refused, nothing changed.
+    refused = cli(
+        "--database-url",
+        db_url,
+        "alter-table",
+        "reviews",
+        "ALTER TABLE reviews ALTER COLUMN id TYPE bigint",
+    )
+    assert refused.exit_code != 0 and len(refused.output.strip().splitlines()) == 1
+    assert registry.get(reviews, "minilm").key_type == "integer"
+    reviews.execute("UPDATE reviews SET body = %s WHERE id = 1", (long + " One more.",))
+    synced(db_url)
+    assert_every_vector_matches_its_text(reviews)
+    assert reviews.execute(chunks).fetchall() != before
+
+
+def test_a_batch_embedded_before_the_statement_is_written_after_it(
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    config = batch.BatchConfig(worker_id="w1", claim_size=100, lease_seconds=60, max_attempts=5)
+    claimed = batch.fetch(reviews, spec, config)
+    assert claimed is not None and len(claimed.rows) == 8
+    embedded = batch.embed(claimed, config)
+    result = cli(
+        "--database-url",
+        db_url,
+        "alter-table",
+        "reviews",
+        "ALTER TABLE reviews ALTER COLUMN id TYPE bigint; "
+        "ALTER TABLE reviews ALTER COLUMN body TYPE varchar(40) USING left(body, 40)",
+    )
+    assert result.exit_code == 0, result.output
+    with db.connection(db_url) as daemon:  # the worker's own session, with the old catalog
+        written = batch.write_back(daemon, claimed, embedded, config, 1.0)
+    unchanged = sum(1 for _, text in REVIEWS if len(text) <= 40)
+    assert written.written == unchanged  # the md5 guard skips the texts the statement cut
+    synced(db_url)
+    assert_every_vector_matches_its_text(reviews)
