@@ -74,6 +74,7 @@ def alter_table(
         for spec in specs:
             conn.execute(sqlfiles.get("lifecycle", "lock_model_rows"), {"name": spec.name})
         ddl.lock_table(conn, specs[0])
+        before = tables.inspect(conn, schema, name)
         with _rows_unfiltered(conn):
             _fingerprint(conn, specs)
         for spec in specs:
@@ -95,7 +96,7 @@ def alter_table(
         changed: dict[str, tuple[str, str]] = {}
         requeued: dict[str, int] = {}
         for spec in specs:
-            new = _checked(after, spec)
+            new = _checked(before, after, spec)
             if new.key_type != spec.key_type:
                 changed[spec.name] = (spec.key_type, new.key_type)
                 conn.execute(
@@ -123,7 +124,7 @@ def _rows_unfiltered(conn: psycopg.Connection) -> Iterator[None]:
     )
 
 
-def _checked(after: tables.TableInfo, spec: ModelSpec) -> ModelSpec:
+def _checked(before: tables.TableInfo, after: tables.TableInfo, spec: ModelSpec) -> ModelSpec:
     """The model as the statement left its table: its columns still there, its texts still
     text, its key still usable; else an error that rolls the statement back."""
     where = f"model {spec.name}"
@@ -133,6 +134,13 @@ def _checked(after: tables.TableInfo, spec: ModelSpec) -> ModelSpec:
                 f"{where}: column {column!r} is gone after the statement; rolled back "
                 f"(`pgembed model remove {spec.name}` first to drop or rename it)"
             )
+    vector = spec.embedding_column
+    if after.columns[vector] != before.columns.get(vector):
+        raise UsageError(
+            f"{where}: the statement changed pgembed's column {vector!r} "
+            f"({before.columns.get(vector)} to {after.columns[vector]}); rolled back "
+            f"(`pgembed model alter {spec.name}` changes a model's vectors)"
+        )
     for column in spec.text_columns:
         try:
             tables.text_column(after, column)
@@ -154,28 +162,42 @@ def _fingerprint(conn: psycopg.Connection, specs: list[ModelSpec]) -> None:
     conn.execute(
         sql.SQL(
             "CREATE TEMPORARY TABLE {} (model pg_catalog.text, key pg_catalog.text, "
-            "md5 pg_catalog.text, PRIMARY KEY (model, key)) ON COMMIT DROP"
+            "prints pg_catalog.text, PRIMARY KEY (model, key)) ON COMMIT DROP"
         ).format(_BEFORE)
     )
     for spec in specs:
         conn.execute(
             sql.SQL(
-                "INSERT INTO {before} SELECT %s, t.{key}::pg_catalog.text, pg_catalog.md5({text}) "
+                "INSERT INTO {before} SELECT %s, t.{key}::pg_catalog.text, {prints} "
                 "FROM {table} t WHERE t.{key} IS NOT NULL"
             ).format(
                 before=_BEFORE,
                 key=sql.Identifier(spec.key_column),
-                text=naming.text_expression(spec, "t"),
+                prints=_prints(conn, spec),
                 table=naming.table(spec),
             ),
             (spec.name,),
         )
 
 
+def _prints(conn: psycopg.Connection, spec: ModelSpec) -> sql.Composable:
+    """A row's text and vector, as one md5 pair (`-` for NULL): a vector the statement changed
+    or cleared is a changed row too, as for the update trigger. The vector by its binary form
+    (vector_send): no float text rendered for each of a million rows."""
+    return sql.SQL(
+        "pg_catalog.concat(coalesce(pg_catalog.md5({text}), '-'), ' ', "
+        "coalesce(pg_catalog.md5({send}(t.{vector})), '-'))"
+    ).format(
+        text=naming.text_expression(spec, "t"),
+        send=db.vector_name(conn, "vector_send"),
+        vector=sql.Identifier(spec.embedding_column),
+    )
+
+
 def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec) -> int:
-    """What the update trigger does for a changed row, for the rows whose key or text the
-    statement changed: the vector (and chunks) cleared, the key queued if it has text, else its
-    bookkeeping dropped; and the bookkeeping of keys no row has now. How many were queued."""
+    """What the update trigger does for a changed row, for the rows whose key, text or vector
+    the statement changed: the vector (and chunks) cleared, the key queued if it has text, else
+    its bookkeeping dropped; and the bookkeeping of keys no row has now. How many were queued."""
     key, table = sql.Identifier(spec.key_column), naming.table(spec)
     text = naming.text_expression(spec, "t")
     rows = conn.execute(
@@ -184,8 +206,8 @@ def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec) -> int:
             "FROM {table} t WHERE t.{key} IS NOT NULL AND NOT EXISTS (SELECT FROM {before} b "
             "WHERE b.model OPERATOR(pg_catalog.=) %s "
             "AND b.key OPERATOR(pg_catalog.=) t.{key}::pg_catalog.text "
-            "AND b.md5 OPERATOR(pg_catalog.=) pg_catalog.md5({text}))"
-        ).format(key=key, text=text, table=table, before=_BEFORE),
+            "AND b.prints OPERATOR(pg_catalog.=) {prints})"
+        ).format(key=key, text=text, table=table, before=_BEFORE, prints=_prints(conn, spec)),
         (spec.name,),
     ).fetchall()
     gone = conn.execute(

@@ -92,6 +92,19 @@ def test_a_text_the_statement_changes_is_embedded_again(
     reviews.execute("DELETE FROM reviews WHERE id = 8")
     synced(db_url)
     assert_every_vector_matches_its_text(reviews)
+    # A statement that clears or writes vectors: those rows are embedded again too.
+    result = cli(
+        "--database-url",
+        db_url,
+        "alter-table",
+        "reviews",
+        "UPDATE reviews SET embedding_minilm = NULL WHERE id = 1; "
+        "UPDATE reviews SET embedding_minilm = (SELECT embedding_minilm FROM reviews WHERE id = 3) "
+        "WHERE id = 2",
+    )
+    assert "model minilm: 2 rows' text changed" in result.output, result.output
+    synced(db_url)
+    assert_every_vector_matches_its_text(reviews)
 
 
 @pytest.mark.parametrize(
@@ -101,6 +114,10 @@ def test_a_text_the_statement_changes_is_embedded_again(
         ("ALTER TABLE reviews ALTER COLUMN body TYPE integer USING length(body)", "not text"),
         ("ALTER TABLE reviews ALTER COLUMN nope TYPE text", "the statement failed, nothing "),
         ("ALTR TABLE reviews", "the statement failed, nothing changed: syntax error"),
+        (
+            "ALTER TABLE reviews ALTER COLUMN embedding_minilm TYPE vector(385) USING NULL",
+            "statement changed pgembed's column 'embedding_minilm' (vector(384) to vector(385))",
+        ),
         ("ALTER TABLE reviews ADD COLUMN x int; COMMIT", "leave BEGIN, COMMIT, ROLLBACK"),
         ("", "give the statement to run"),
     ],
