@@ -11,7 +11,6 @@ its vector cleared and its key queued, as the update trigger would have done.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,15 +24,14 @@ from pgembed.catalog.registry import ModelSpec
 from pgembed.errors import NotFoundError, UsageError
 from pgembed.sync import store
 
-# A statement that would end the transaction the triggers are dropped and made again in. A false
-# match (the word in a string) only refuses the statement.
-_ENDS_TRANSACTION = re.compile(
-    r"(^|;)\s*(BEGIN|START\s+TRANSACTION|COMMIT|END|ROLLBACK|ABORT|SAVEPOINT|RELEASE|PREPARE\s+"
-    r"TRANSACTION)\b",
-    re.IGNORECASE,
+# The user's statement, bound as a value and run by PL/pgSQL's EXECUTE: in the connection's
+# encoding, several statements at once, and PostgreSQL itself refuses a COMMIT or ROLLBACK in it
+# (which would commit the triggers' drop without the rest).
+_RUN = (
+    "DO $run$ BEGIN EXECUTE pg_catalog.current_setting('pgembed.alter_table_statement'); END $run$"
 )
-# Fingerprints of the texts before the statement: one row per model and key, gone at commit.
-_BEFORE = sql.Identifier("pgembed_alter_table_before")
+# Fingerprints of the rows before the statement: one row per model and key, gone at commit.
+_BEFORE = sql.Identifier("pg_temp", "pgembed_alter_table_before")
 
 
 @dataclass(frozen=True)
@@ -55,11 +53,6 @@ def alter_table(
         raise UsageError(
             "give the statement to run, e.g. 'ALTER TABLE t ALTER COLUMN body TYPE text'"
         )
-    if _ENDS_TRANSACTION.search(statement):
-        raise UsageError(
-            "the statement runs inside pgembed's transaction: leave BEGIN, COMMIT, ROLLBACK and "
-            "savepoints out of it"
-        )
     specs = [
         s for s in registry.all_models(conn) if (s.table_schema, s.table_name) == (schema, name)
     ]
@@ -80,13 +73,19 @@ def alter_table(
         for spec in specs:
             capture.drop_triggers(conn, spec)
         try:
-            conn.execute(statement.encode())  # no parameters: several statements may be given
+            conn.execute(
+                "SELECT pg_catalog.set_config('pgembed.alter_table_statement', %s, true)",
+                (statement,),
+            )
+            conn.execute(_RUN)
         except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
             raise  # retrying_locks tries the whole transaction again
         except psycopg.Error as exc:
             raise UsageError(
                 f"the statement failed, nothing changed: {db.first_line(exc)}"
             ) from None
+        except UnicodeError:
+            raise UsageError("the statement is not valid text: nothing changed") from None
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
             raise UsageError(
                 f"the statement ended pgembed's transaction, so the capture triggers may be "
@@ -148,7 +147,11 @@ def _checked(before: tables.TableInfo, after: tables.TableInfo, spec: ModelSpec)
             raise UsageError(f"{where}: {exc}; rolled back") from None
     key_type = after.columns[spec.key_column]
     if key_type != spec.key_type:
-        tables.trusted(after, spec.key_column, "key")
+        try:
+            tables.key_column(after, spec.key_column)  # still unique, NOT NULL, trusted
+            naming.key_type(dataclasses.replace(spec, key_type=key_type))
+        except (UsageError, NotFoundError) as exc:
+            raise UsageError(f"{where}: {exc}; rolled back") from None
         if spec.chunked:
             raise UsageError(
                 f"{where}: the key column's type changed ({spec.key_type} to {key_type}) and its "
@@ -235,6 +238,14 @@ def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec) -> int:
                 ).format(naming.chunk_table(spec)),
                 (changed,),
             )
+    if spec.chunked and gone:  # as the delete trigger does
+        conn.execute(
+            sql.SQL(
+                "DELETE FROM {} c WHERE c.key::pg_catalog.text "
+                "OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])"
+            ).format(naming.chunk_table(spec)),
+            ([k for (k,) in gone],),
+        )
     queued = [k for k, has_text in rows if has_text]
     forgotten = [k for k, has_text in rows if not has_text] + [k for (k,) in gone]
     params = {"model": spec.name, "queued": queued, "forgotten": forgotten}

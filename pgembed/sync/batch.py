@@ -332,7 +332,12 @@ def _changed(conn: psycopg.Connection, spec: ModelSpec) -> bool:
     refused after it.
     """
     current = registry.locked(conn, spec.name)
-    return current is None or not registry.same_space(current, spec)
+    # A new key type (`pgembed alter-table`) changes the write's casts: reread the catalog too.
+    return (
+        current is None
+        or not registry.same_space(current, spec)
+        or current.key_type != spec.key_type
+    )
 
 
 def _record_failures(

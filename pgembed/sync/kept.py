@@ -56,7 +56,8 @@ class Kept:
         chunks: dict[str, list[tuple[int, Vectors]]] = {}
         for key, number, vector in embedded.chunks:
             if key in wanted:
-                chunks.setdefault(key, []).append((number, vector))
+                # A copy: a window's vector is a view of its whole batch's matrix.
+                chunks.setdefault(key, []).append((number, vector.copy()))
         with self._lock:
             for i, row in enumerate(embedded.rows):
                 if row.key in wanted:

@@ -92,6 +92,17 @@ def test_a_text_the_statement_changes_is_embedded_again(
     reviews.execute("DELETE FROM reviews WHERE id = 8")
     synced(db_url)
     assert_every_vector_matches_its_text(reviews)
+    # The statement's text is the user's, whatever the connection's encoding.
+    result = cli(
+        "--database-url",
+        db_url,
+        "alter-table",
+        "reviews",
+        "UPDATE reviews SET body = 'Un café très bon, señor.' WHERE id = 7",
+    )
+    assert "1 rows' text changed" in result.output, result.output
+    body = reviews.execute("SELECT body FROM reviews WHERE id = 7").fetchone()
+    assert body == ("Un café très bon, señor.",)
     # A statement that clears or writes vectors: those rows are embedded again too.
     result = cli(
         "--database-url",
@@ -118,7 +129,17 @@ def test_a_text_the_statement_changes_is_embedded_again(
             "ALTER TABLE reviews ALTER COLUMN embedding_minilm TYPE vector(385) USING NULL",
             "statement changed pgembed's column 'embedding_minilm' (vector(384) to vector(385))",
         ),
-        ("ALTER TABLE reviews ADD COLUMN x int; COMMIT", "leave BEGIN, COMMIT, ROLLBACK"),
+        ("ALTER TABLE reviews ADD COLUMN x int; COMMIT", "transaction commands"),
+        ("ALTER TABLE reviews DROP COLUMN body; /* done */ COMMIT", "transaction commands"),
+        (
+            "ALTER TABLE reviews ALTER COLUMN id TYPE timestamp(3) "
+            "USING timestamp '2020-01-01' + id * interval '1 s'",
+            "model minilm: unsupported key column type",
+        ),
+        (
+            "ALTER TABLE reviews DROP CONSTRAINT reviews_pkey, ALTER COLUMN id TYPE bigint",
+            "model minilm: key column 'id' of public.reviews is not unique",
+        ),
         ("", "give the statement to run"),
     ],
 )
@@ -180,6 +201,21 @@ def test_a_chunked_models_text_column_changes_type_with_its_chunks_kept(
     synced(db_url)
     assert_every_vector_matches_its_text(reviews)
     assert reviews.execute(chunks).fetchall() != before
+    # Rows the statement deletes or rekeys lose their chunks, as the triggers would do.
+    reviews.execute("UPDATE reviews SET body = %s WHERE id = 2", (long,))
+    synced(db_url)
+    result = cli(
+        "--database-url",
+        db_url,
+        "alter-table",
+        "reviews",
+        "DELETE FROM reviews WHERE id = 1; UPDATE reviews SET id = 100 WHERE id = 2",
+    )
+    assert result.exit_code == 0, result.output
+    synced(db_url)
+    keys = {key for key, *_ in reviews.execute(chunks).fetchall()}
+    assert keys == {100}
+    assert_every_vector_matches_its_text(reviews)
 
 
 def test_a_batch_embedded_before_the_statement_is_written_after_it(
@@ -189,18 +225,21 @@ def test_a_batch_embedded_before_the_statement_is_written_after_it(
     claimed = batch.fetch(reviews, spec, config)
     assert claimed is not None and len(claimed.rows) == 8
     embedded = batch.embed(claimed, config)
-    result = cli(
-        "--database-url",
-        db_url,
-        "alter-table",
-        "reviews",
-        "ALTER TABLE reviews ALTER COLUMN id TYPE bigint; "
-        "ALTER TABLE reviews ALTER COLUMN body TYPE varchar(40) USING left(body, 40)",
-    )
-    assert result.exit_code == 0, result.output
+    alter = ("--database-url", db_url, "alter-table", "reviews")
+    cut = "ALTER TABLE reviews ALTER COLUMN body TYPE varchar(40) USING left(body, 40)"
+    assert cli(*alter, cut).exit_code == 0
     with db.connection(db_url) as daemon:  # the worker's own session, with the old catalog
         written = batch.write_back(daemon, claimed, embedded, config, 1.0)
     unchanged = sum(1 for _, text in REVIEWS if len(text) <= 40)
     assert written.written == unchanged  # the md5 guard skips the texts the statement cut
+    # A new key type changes the write's casts: a batch in flight is given back, the catalog
+    # read again.
+    reviews.execute("UPDATE reviews SET body = 'Written after the key type changed.' WHERE id = 4")
+    again = batch.fetch(reviews, spec, config)
+    assert again is not None
+    embedded = batch.embed(again, config)
+    assert cli(*alter, "ALTER TABLE reviews ALTER COLUMN id TYPE bigint").exit_code == 0
+    with db.connection(db_url) as daemon, pytest.raises(batch.ModelChanged):
+        batch.write_back(daemon, again, embedded, config, 1.0)
     synced(db_url)
     assert_every_vector_matches_its_text(reviews)
