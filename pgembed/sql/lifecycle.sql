@@ -114,14 +114,15 @@ WHERE c.oid = pg_catalog.to_regclass(
 -- name: requeue_keys
 -- `pgembed alter-table`: keys whose text the statement changed are queued as the update trigger
 -- queues them (a claim in flight is voided: its write-back finds another seq); keys left with no
--- text, or no row, lose their pending work, failures and truncation marks.
+-- text, or no row, lose their pending work, failures and truncation marks. The inbox first, then
+-- the queue: the order of the daemon's transfer, so the two never deadlock.
+DELETE FROM pgembed.inbox WHERE model = %(model)s AND key = ANY (%(forgotten)s::pg_catalog.text[]);
 INSERT INTO pgembed.queue AS q (model, key)
 SELECT %(model)s, k FROM pg_catalog.unnest(%(queued)s::pg_catalog.text[]) AS k
 ON CONFLICT (model, key) DO UPDATE
     SET seq = excluded.seq, enqueued_at = excluded.enqueued_at, attempts = 0,
         next_attempt_at = excluded.next_attempt_at, claimed_by = NULL, last_error = NULL;
 DELETE FROM pgembed.queue WHERE model = %(model)s AND key = ANY (%(forgotten)s::pg_catalog.text[]);
-DELETE FROM pgembed.inbox WHERE model = %(model)s AND key = ANY (%(forgotten)s::pg_catalog.text[]);
 DELETE FROM pgembed.truncated
 WHERE model = %(model)s AND key = ANY (%(forgotten)s::pg_catalog.text[]);
 DELETE FROM pgembed.failures
