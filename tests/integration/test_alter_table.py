@@ -3,14 +3,16 @@ the statement, the vectors kept, and a text the statement changed embedded again
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import psycopg
 import pytest
 
-from daemon_helpers import assert_every_vector_matches_its_text
+from daemon_helpers import assert_every_vector_matches_its_text, wait_for
 from helpers import REVIEWS, cli
 from pgembed import db
 from pgembed.catalog import naming, registry
-from pgembed.lifecycle import models
+from pgembed.lifecycle import altertable, models
 from pgembed.sync import batch, worker
 
 
@@ -243,3 +245,28 @@ def test_a_batch_embedded_before_the_statement_is_written_after_it(
         batch.write_back(daemon, again, embedded, config, 1.0)
     synced(db_url)
     assert_every_vector_matches_its_text(reviews)
+
+
+def test_a_row_changed_while_the_fingerprints_are_taken_is_embedded_again(
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    # The fingerprints are taken before the table's lock: an application's UPDATE that commits
+    # after them (while alter-table waits for the lock) must still end with its text's vector.
+    synced(db_url)
+    statement = "ALTER TABLE reviews ALTER COLUMN body TYPE varchar(500)"
+    with db.connection(db_url, autocommit=False) as app, ThreadPoolExecutor(1) as pool:
+        app.execute("UPDATE reviews SET body = 'Changed while alter-table waited.' WHERE id = 6")
+        with db.connection(db_url) as conn:
+            conn.autocommit = True
+            running = pool.submit(altertable.alter_table, conn, "reviews", statement)
+            with db.connection(db_url) as watcher:
+                wait_for(lambda: waiting(watcher, conn.info.backend_pid), 30, "the lock wait")
+            app.commit()
+            running.result(timeout=60)
+    synced(db_url)
+    assert_every_vector_matches_its_text(reviews)
+
+
+def waiting(conn: psycopg.Connection, pid: int) -> bool:
+    row = conn.execute("SELECT pg_catalog.pg_blocking_pids(%s) <> '{}'", (pid,)).fetchone()
+    return bool(row and row[0])
