@@ -4,7 +4,7 @@ for the row's next try: a row an application holds for long is tried again 1 s t
 
 A kept vector is used only for the same model settings (the whole ModelSpec) and the same text
 (md5, as read at the try); the write-back's md5 guard stands behind it as for any vector. The
-store is this worker's, in memory, bounded (KEPT_VECTORS), least recently kept first out."""
+store is this worker's, in memory, bounded (KEPT_BYTES), least recently kept first out."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from pgembed.encode.embedder import Vectors
 from pgembed.sync.isolate import Embedded
 from pgembed.sync.store import SourceRow
 
-# Some 25 MB of 384-dimension vectors: the held rows of a few batches, chunks included.
-KEPT_VECTORS = 16_384
+# The held rows of a few batches, chunks included: 16,384 vectors of 384 dimensions (float32), a
+# tenth as many of 4096. Bytes, not vectors, so a wide model keeps fewer.
+KEPT_BYTES = 25 * 2**20
 
 
 @dataclass(frozen=True)
@@ -34,13 +35,14 @@ class _Entry:
 
     @property
     def size(self) -> int:
-        return 1 + len(self.chunks)
+        """Its bytes of vectors."""
+        return int(self.vector.nbytes) + sum(int(v.nbytes) for _, v in self.chunks)
 
 
 class Kept:
     """Thread-safe: the encode thread takes, the I/O thread keeps (pipeline.py)."""
 
-    def __init__(self, most: int = KEPT_VECTORS) -> None:
+    def __init__(self, most: int = KEPT_BYTES) -> None:
         self._most = most
         self._size = 0
         self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()

@@ -74,7 +74,7 @@ def test_other_model_settings_never_take_a_kept_vector() -> None:
 
 
 def test_the_store_drops_its_oldest_rows_past_its_bound() -> None:
-    kept = Kept(most=7)
+    kept = Kept(most=7 * 3 * 4)  # bytes: 7 vectors of 3 float32
     kept.keep(SPEC, embedded(["1"]), {"1"})  # 3 vectors: its own and 2 windows
     for key in "2345":
         kept.keep(SPEC, embedded([key], chunked=False), {key})
