@@ -89,6 +89,9 @@ def alter_table(
             ) from None
         except UnicodeError:
             raise UsageError("the statement is not valid text: nothing changed") from None
+        # A SET in the statement must not change how keys are written as text for the compare
+        # and the queue (the session's canonical form, as the triggers write them).
+        conn.execute(sqlfiles.get("session", "pin"))
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
             raise UsageError(
                 f"the statement ended pgembed's transaction, so the capture triggers may be "

@@ -270,3 +270,30 @@ def test_a_row_changed_while_the_fingerprints_are_taken_is_embedded_again(
 def waiting(conn: psycopg.Connection, pid: int) -> bool:
     row = conn.execute("SELECT pg_catalog.pg_blocking_pids(%s) <> '{}'", (pid,)).fetchone()
     return bool(row and row[0])
+
+
+def test_a_set_in_the_statement_does_not_change_how_keys_are_compared(
+    reviews: psycopg.Connection, db_url: str
+) -> None:
+    reviews.execute("CREATE TABLE events (at timestamptz PRIMARY KEY, body text)")
+    reviews.execute(
+        "INSERT INTO events SELECT timestamptz '2026-01-01 00:00+00' + id * interval '1 h', body "
+        "FROM reviews"
+    )
+    request = models.AddRequest("ev", "events", "body", key="at", precision="fp32")
+    models.add(reviews, request)
+    synced(db_url)
+    result = cli(
+        "--database-url",
+        db_url,
+        "alter-table",
+        "events",
+        "SET timezone = 'Asia/Kolkata'; SET datestyle = 'SQL, DMY'; "
+        "ALTER TABLE events ALTER COLUMN body TYPE varchar(500)",
+    )
+    assert result.exit_code == 0, result.output
+    assert "queued" not in result.output  # no key looks changed
+    assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+    assert reviews.execute("SELECT count(*) FROM events WHERE embedding_ev IS NULL").fetchone() == (
+        0,
+    )
