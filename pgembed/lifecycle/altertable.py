@@ -152,18 +152,17 @@ def _checked(before: tables.TableInfo, after: tables.TableInfo, spec: ModelSpec)
         except (UsageError, NotFoundError) as exc:
             raise UsageError(f"{where}: {exc}; rolled back") from None
     key_type = after.columns[spec.key_column]
-    if key_type != spec.key_type:
-        try:
-            tables.key_column(after, spec.key_column)  # still unique, NOT NULL, trusted
-            naming.key_type(dataclasses.replace(spec, key_type=key_type))
-        except (UsageError, NotFoundError) as exc:
-            raise UsageError(f"{where}: {exc}; rolled back") from None
-        if spec.chunked:
-            raise UsageError(
-                f"{where}: the key column's type changed ({spec.key_type} to {key_type}) and its "
-                "chunk table is keyed by the old one; rolled back (`pgembed model remove` the "
-                "chunked model, then add it again)"
-            )
+    try:
+        tables.key_column(after, spec.key_column)  # still unique, NOT NULL, trusted
+        naming.key_type(dataclasses.replace(spec, key_type=key_type))
+    except (UsageError, NotFoundError) as exc:
+        raise UsageError(f"{where}: {exc}; rolled back") from None
+    if key_type != spec.key_type and spec.chunked:
+        raise UsageError(
+            f"{where}: the key column's type changed ({spec.key_type} to {key_type}) and its "
+            "chunk table is keyed by the old one; rolled back (`pgembed model remove` the "
+            "chunked model, then add it again)"
+        )
     return dataclasses.replace(spec, key_type=key_type)
 
 
@@ -219,13 +218,21 @@ def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec) -> int:
         ).format(key=key, text=text, table=table, before=_BEFORE, prints=_prints(conn, spec)),
         (spec.name,),
     ).fetchall()
+    # Keys no row has now: the fingerprinted ones the statement deleted or rekeyed, and any the
+    # queues hold in a spelling the new key type no longer writes (a row inserted after the
+    # fingerprints: its key queued as 5001.00 when the column became bigint). The daemon could
+    # not even read those; the row itself is queued above under its new spelling.
     gone = conn.execute(
         sql.SQL(
-            "SELECT b.key FROM {before} b WHERE b.model OPERATOR(pg_catalog.=) %s "
-            "AND NOT EXISTS (SELECT FROM {table} t "
-            "WHERE t.{key}::pg_catalog.text OPERATOR(pg_catalog.=) b.key)"
+            "SELECT k FROM (SELECT b.key FROM {before} b WHERE b.model OPERATOR(pg_catalog.=) %s "
+            "UNION SELECT q.key FROM pgembed.queue q WHERE q.model OPERATOR(pg_catalog.=) %s "
+            "UNION SELECT i.key FROM pgembed.inbox i WHERE i.model OPERATOR(pg_catalog.=) %s "
+            "UNION SELECT f.key FROM pgembed.failures f WHERE f.model OPERATOR(pg_catalog.=) %s "
+            "UNION SELECT r.key FROM pgembed.truncated r WHERE r.model OPERATOR(pg_catalog.=) %s"
+            ") AS pending(k) WHERE NOT EXISTS (SELECT FROM {table} t "
+            "WHERE t.{key}::pg_catalog.text OPERATOR(pg_catalog.=) pending.k)"
         ).format(before=_BEFORE, table=table, key=key),
-        (spec.name,),
+        (spec.name,) * 5,
     ).fetchall()
     changed = [k for k, _ in rows]
     if changed:
@@ -244,13 +251,12 @@ def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec) -> int:
                 ).format(naming.chunk_table(spec)),
                 (changed,),
             )
-    if spec.chunked and gone:  # as the delete trigger does
+    if spec.chunked:  # as the delete trigger does, for every row gone (fingerprinted or not)
         conn.execute(
             sql.SQL(
-                "DELETE FROM {} c WHERE c.key::pg_catalog.text "
-                "OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])"
-            ).format(naming.chunk_table(spec)),
-            ([k for (k,) in gone],),
+                "DELETE FROM {chunks} c WHERE NOT EXISTS (SELECT FROM {table} t "
+                "WHERE t.{key}::pg_catalog.text OPERATOR(pg_catalog.=) c.key::pg_catalog.text)"
+            ).format(chunks=naming.chunk_table(spec), table=table, key=key)
         )
     queued = [k for k, has_text in rows if has_text]
     forgotten = [k for k, has_text in rows if not has_text] + [k for (k,) in gone]

@@ -297,3 +297,49 @@ def test_a_set_in_the_statement_does_not_change_how_keys_are_compared(
     assert reviews.execute("SELECT count(*) FROM events WHERE embedding_ev IS NULL").fetchone() == (
         0,
     )
+
+
+def test_a_key_queued_in_its_old_spelling_meanwhile_is_not_left_behind(
+    reviews: psycopg.Connection, db_url: str
+) -> None:
+    # A row inserted after the fingerprints (while alter-table waits for the lock) is queued by
+    # its trigger as 5001.00; once the key is bigint the daemon could not even read that key, and
+    # every batch claimed with it failed. It is forgotten, and the row queued as 5001.
+    reviews.execute("CREATE TABLE keyed (id numeric(14,2) PRIMARY KEY, body text)")
+    reviews.execute("INSERT INTO keyed SELECT id, body FROM reviews")
+    models.add(reviews, models.AddRequest("kt", "keyed", "body", precision="fp32"))
+    synced(db_url)
+    statement = "ALTER TABLE keyed ALTER COLUMN id TYPE bigint"
+    with db.connection(db_url, autocommit=False) as app, ThreadPoolExecutor(1) as pool:
+        app.execute("INSERT INTO keyed VALUES (5001, 'Inserted while alter-table waited.')")
+        with db.connection(db_url) as conn:
+            conn.autocommit = True
+            running = pool.submit(altertable.alter_table, conn, "keyed", statement)
+            with db.connection(db_url) as watcher:
+                wait_for(lambda: waiting(watcher, conn.info.backend_pid), 30, "the lock wait")
+            app.commit()
+            running.result(timeout=60)
+    pending = reviews.execute(
+        "SELECT key FROM pgembed.queue UNION ALL SELECT key FROM pgembed.inbox"
+    ).fetchall()
+    # Every key is written otherwise now (1.00 is 1): matched by their text, all are queued
+    # (docs/lifecycle.md), each once, in the new spelling.
+    assert sorted(key for (key,) in pending) == sorted([str(k) for k, _ in REVIEWS] + ["5001"])
+    synced(db_url)
+    assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+    missing = reviews.execute("SELECT count(*) FROM keyed WHERE embedding_kt IS NULL").fetchone()
+    assert missing == (0,)
+
+
+def test_a_key_that_is_no_longer_unique_is_refused(
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    result = cli(
+        "--database-url",
+        db_url,
+        "alter-table",
+        "reviews",
+        "ALTER TABLE reviews DROP CONSTRAINT reviews_pkey",
+    )
+    assert result.exit_code != 0
+    assert "key column 'id' of public.reviews is not unique" in result.output
