@@ -96,3 +96,22 @@ def test_a_batch_given_back_for_a_lock_still_counts_its_failed_rows(
         "SELECT key, attempts, last_error IS NOT NULL FROM pgembed.queue ORDER BY key::integer"
     ).fetchall()
     assert [row for row in tried if row[1] > 0] == [("90", 1, True), ("91", 1, True)]
+
+
+def test_a_key_the_key_type_cannot_read_fails_alone(
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    # A queued key that is not an integer (queued by hand here) made the read of its whole batch
+    # fail at every claim: none of its neighbours was ever embedded, and nothing said why.
+    reviews.execute(
+        "INSERT INTO pgembed.queue (model, key) VALUES ('minilm', 'not-a-key'), ('minilm', '1e99')"
+    )
+    result = cli("--database-url", db_url, "sync", "--once")
+    assert result.exit_code == 0, result.output
+    embedded = reviews.execute("SELECT count(embedding_minilm) FROM reviews").fetchone()
+    assert embedded == (8,), result.output
+    failures = reviews.execute("SELECT key, attempts, error FROM pgembed.failures ORDER BY key")
+    rows = failures.fetchall()
+    assert [(key, attempts) for key, attempts, _ in rows] == [("1e99", 1), ("not-a-key", 1)]
+    assert "key 'not-a-key' cannot be read as integer: invalid input syntax" in rows[1][2]
+    assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
