@@ -253,18 +253,28 @@ def test_a_row_changed_while_the_fingerprints_are_taken_is_embedded_again(
     # The fingerprints are taken before the table's lock: an application's UPDATE that commits
     # after them (while alter-table waits for the lock) must still end with its text's vector.
     synced(db_url)
-    statement = "ALTER TABLE reviews ALTER COLUMN body TYPE varchar(500)"
+    alter_while_the_application_writes(
+        db_url,
+        "reviews",
+        "ALTER TABLE reviews ALTER COLUMN body TYPE varchar(500)",
+        "UPDATE reviews SET body = 'Changed while alter-table waited.' WHERE id = 6",
+    )
+    synced(db_url)
+    assert_every_vector_matches_its_text(reviews)
+
+
+def alter_while_the_application_writes(db_url: str, table: str, statement: str, write: str) -> None:
+    """alter-table, with an application's `write` committed after its fingerprints: while it
+    waits for the table's lock, which the writing transaction holds."""
     with db.connection(db_url, autocommit=False) as app, ThreadPoolExecutor(1) as pool:
-        app.execute("UPDATE reviews SET body = 'Changed while alter-table waited.' WHERE id = 6")
+        app.execute(write)
         with db.connection(db_url) as conn:
             conn.autocommit = True
-            running = pool.submit(altertable.alter_table, conn, "reviews", statement)
+            running = pool.submit(altertable.alter_table, conn, table, statement)
             with db.connection(db_url) as watcher:
                 wait_for(lambda: waiting(watcher, conn.info.backend_pid), 30, "the lock wait")
             app.commit()
             running.result(timeout=60)
-    synced(db_url)
-    assert_every_vector_matches_its_text(reviews)
 
 
 def waiting(conn: psycopg.Connection, pid: int) -> bool:
@@ -309,16 +319,12 @@ def test_a_key_queued_in_its_old_spelling_meanwhile_is_not_left_behind(
     reviews.execute("INSERT INTO keyed SELECT id, body FROM reviews")
     models.add(reviews, models.AddRequest("kt", "keyed", "body", precision="fp32"))
     synced(db_url)
-    statement = "ALTER TABLE keyed ALTER COLUMN id TYPE bigint"
-    with db.connection(db_url, autocommit=False) as app, ThreadPoolExecutor(1) as pool:
-        app.execute("INSERT INTO keyed VALUES (5001, 'Inserted while alter-table waited.')")
-        with db.connection(db_url) as conn:
-            conn.autocommit = True
-            running = pool.submit(altertable.alter_table, conn, "keyed", statement)
-            with db.connection(db_url) as watcher:
-                wait_for(lambda: waiting(watcher, conn.info.backend_pid), 30, "the lock wait")
-            app.commit()
-            running.result(timeout=60)
+    alter_while_the_application_writes(
+        db_url,
+        "keyed",
+        "ALTER TABLE keyed ALTER COLUMN id TYPE bigint",
+        "INSERT INTO keyed VALUES (5001, 'Inserted while alter-table waited.')",
+    )
     pending = reviews.execute(
         "SELECT key FROM pgembed.queue UNION ALL SELECT key FROM pgembed.inbox"
     ).fetchall()
