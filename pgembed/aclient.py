@@ -26,6 +26,7 @@ from pgembed.catalog.registry import ModelSpec
 from pgembed.client import check_database, encode, require_texts
 from pgembed.encode.embedder import Vectors
 from pgembed.errors import UsageError
+from pgembed.lifecycle.altertable import Altered
 from pgembed.search import batching, plan, planner
 from pgembed.search.planner import Filter, Hit, HybridHit, SearchRequest
 
@@ -130,6 +131,12 @@ class AsyncClient:
         reindexes)."""
         url = await self._resolved_url()
         alter = functools.partial(api.alter_model, name, database_url=url, **options)
+        return await asyncio.to_thread(alter)
+
+    async def alter_table(self, table: str, statement: str) -> Altered:
+        """`pgembed.alter_table` on this client's database, in a thread."""
+        url = await self._resolved_url()
+        alter = functools.partial(api.alter_table, table, statement, database_url=url)
         return await asyncio.to_thread(alter)
 
     async def sync_once(self, models: str | Sequence[str] | None = None) -> SyncResult:

@@ -22,10 +22,11 @@ from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import hardware
 from pgembed.errors import PgembedError, UsageError
+from pgembed.lifecycle import altertable, indexbuild, reindex, setup
 from pgembed.lifecycle import backfill as lifecycle_backfill
-from pgembed.lifecycle import indexbuild, reindex, setup
 from pgembed.lifecycle import models as lifecycle
 from pgembed.lifecycle import status as lifecycle_status
+from pgembed.lifecycle.altertable import Altered
 from pgembed.search import plan
 from pgembed.sync import worker
 
@@ -249,6 +250,16 @@ def alter_model(
     if options is None:
         return shadow
     return _finished(reindex.Reindex(url, name, options).run(), "reindex", name)
+
+
+def alter_table(table: str, statement: str, *, database_url: str | None = None) -> Altered:
+    """Run `statement` (say a watched column's new type) with the capture triggers of `table`'s
+    models dropped before it and made again after it, in one transaction of its own (`pgembed
+    alter-table`): the vectors stay, and rows whose text the statement changed are queued."""
+    checks.text("table", table)
+    checks.text("statement", statement)
+    with connection(database_url) as conn:
+        return altertable.alter_table(conn, table, statement)
 
 
 def _finished(spec: ModelSpec | None, what: str, name: str) -> ModelSpec:

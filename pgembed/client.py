@@ -24,6 +24,7 @@ from pgembed.encode.embedder import Vectors
 from pgembed.encode.settings import settings_of
 from pgembed.errors import UsageError
 from pgembed.lifecycle import status as lifecycle_status
+from pgembed.lifecycle.altertable import Altered
 from pgembed.search import plan, planner
 from pgembed.search.planner import Filter, Hit, HybridHit, SearchRequest
 
@@ -109,6 +110,10 @@ class Client:
     def alter_model(self, name: str, **options: Unpack[AlterOptions]) -> ModelSpec:
         """`pgembed.alter_model` on this Client's database."""
         return api.alter_model(name, database_url=self.url, **options)
+
+    def alter_table(self, table: str, statement: str) -> Altered:
+        """`pgembed.alter_table` on this Client's database."""
+        return api.alter_table(table, statement, database_url=self.url)
 
     def sync_once(self, models: str | Sequence[str] | None = None) -> SyncResult:
         """`pgembed.sync_once` on this Client's database."""

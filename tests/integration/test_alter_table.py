@@ -3,11 +3,13 @@ the statement, the vectors kept, and a text the statement changed embedded again
 
 from __future__ import annotations
 
+import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
 
+import pgembed
 from daemon_helpers import assert_every_vector_matches_its_text, wait_for
 from helpers import REVIEWS, cli
 from pgembed import db
@@ -349,3 +351,38 @@ def test_a_key_that_is_no_longer_unique_is_refused(
     )
     assert result.exit_code != 0
     assert "key column 'id' of public.reviews is not unique" in result.output
+
+
+def test_the_same_from_python_the_client_and_the_async_client(
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    synced(db_url)
+    before = vectors(reviews)
+    done = pgembed.alter_table(
+        "reviews", "ALTER TABLE reviews ALTER COLUMN id TYPE bigint", database_url=db_url
+    )
+    assert (done.models, done.key_types) == (["minilm"], {"minilm": ("integer", "bigint")})
+    with pgembed.Client(db_url) as client:
+        done = client.alter_table("reviews", "ALTER TABLE reviews ALTER COLUMN body TYPE varchar")
+        assert done.requeued == {"minilm": 0}
+        with pytest.raises(pgembed.UsageError, match="the statement failed, nothing changed"):
+            client.alter_table("reviews", "ALTER TABLE reviews ALTER COLUMN nope TYPE text")
+
+    async def from_asyncio() -> None:
+        async with pgembed.AsyncClient(db_url) as client:
+            done = await client.alter_table(
+                "reviews", "ALTER TABLE reviews ALTER COLUMN body TYPE text"
+            )
+            assert done.requeued == {"minilm": 0}
+
+    asyncio.run(from_asyncio())
+    with pytest.raises(pgembed.UsageError, match="statement must be a string"):
+        pgembed.alter_table("reviews", None, database_url=db_url)  # type: ignore[arg-type]
+    assert vectors(reviews) == before
+    assert [
+        type_
+        for (type_,) in reviews.execute(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = 'reviews'::regclass AND attname IN ('id', 'body') ORDER BY attnum"
+        ).fetchall()
+    ] == ["bigint", "text"]

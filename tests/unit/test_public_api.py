@@ -18,6 +18,7 @@ def test_the_public_names_are_exported() -> None:
         "SyncResult",
         "add_model",
         "alter_model",
+        "alter_table",
         "migrate_schema",
         "status",
         "sync_once",
