@@ -64,7 +64,7 @@ def alter_table(
 
     def work() -> Altered:
         # The fingerprints first, before any lock that stops the daemons or the application (a
-        # read of every row: 9 s at a million). The triggers are still there while they are
+        # read of every row: some 6 s at a million). The triggers are still there while they are
         # taken: a row changed meanwhile is queued by its trigger, and found changed below too.
         with _rows_unfiltered(conn):
             _fingerprint(conn, specs)
