@@ -97,27 +97,29 @@ def fetch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) -> Cla
     claims = store.claim(conn, spec.name, config.worker_id, config.claim_size, config.lease_seconds)
     if not claims:
         return None
-    claims, rows = _read(conn, spec, claims)
+    claims, rows = _read(conn, spec, claims, config)
     return Claimed(spec, claims, rows)
 
 
 def _read(
-    conn: psycopg.Connection, spec: ModelSpec, claims: list[Claim]
+    conn: psycopg.Connection, spec: ModelSpec, claims: list[Claim], config: BatchConfig
 ) -> tuple[list[Claim], list[SourceRow]]:
-    """store.read, bisected when a key is one the key column's type cannot read (queued by hand,
-    or before the column's type changed): that key goes to the failures alone, with why, instead
-    of failing its whole batch each time it is claimed."""
+    """store.read, bisected when one key's read fails with a data error (a key the key column's
+    type cannot read: queued by hand, or from before the column's type changed): that key alone
+    fails an attempt, with why, instead of failing its whole batch each time it is claimed."""
     try:
         return claims, store.read(conn, spec, [c.key for c in claims])
     except psycopg.DataError as exc:  # SQLSTATE class 22: invalid text, out of range
         if len(claims) > 1:
             middle = len(claims) // 2
-            first, first_rows = _read(conn, spec, claims[:middle])
-            rest, rest_rows = _read(conn, spec, claims[middle:])
+            first, first_rows = _read(conn, spec, claims[:middle], config)
+            rest, rest_rows = _read(conn, spec, claims[middle:], config)
             return first + rest, first_rows + rest_rows
-        error = f"key {claims[0].key!r} cannot be read as {spec.key_type}: {db.first_line(exc)}"
-        store.fail(conn, spec.name, claims[0], error, max_attempts=1)  # no retry will read it
-        log.warning("model=%s %s (moved to failures)", spec.name, error)
+        error = f"reading key {claims[0].key!r} failed: {db.first_line(exc)}"
+        moved = store.fail(conn, spec.name, claims[0], error, config.max_attempts)
+        log.warning(
+            "model=%s %s%s", spec.name, error, " (moved to failures)" if moved else ", will retry"
+        )
         return [], []
 
 
