@@ -11,8 +11,6 @@ its vector cleared and its key queued, as the update trigger would have done.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psycopg
@@ -66,7 +64,7 @@ def alter_table(
         # The fingerprints first, before any lock that stops the daemons or the application (a
         # read of every row: some 6 s at a million). The triggers are still there while they are
         # taken: a row changed meanwhile is queued by its trigger, and found changed below too.
-        with _rows_unfiltered(conn):
+        with store.rows_unfiltered(conn):
             _fingerprint(conn, specs)
         # Catalog rows first, then the table: the sync write-back's order (no deadlock).
         for spec in specs:
@@ -108,25 +106,13 @@ def alter_table(
                     sqlfiles.get("catalog", "set_key_type"),
                     {"name": spec.name, "key_type": new.key_type},
                 )
-            with _rows_unfiltered(conn):
+            with store.rows_unfiltered(conn):
                 requeued[spec.name] = _requeue_changed(conn, new)
             capture.create_triggers(conn, new)
             capture.notify(conn, new.name)
         return Altered(schema, name, [s.name for s in specs], requeued, changed)
 
     return ddl.retrying_locks(conn, schema, name, work, on_wait)
-
-
-@contextmanager
-def _rows_unfiltered(conn: psycopg.Connection) -> Iterator[None]:
-    """Reads of the table that row-level security would filter fail instead (a row hidden from
-    the fingerprint would look changed); the user's statement runs under the session's own."""
-    before = conn.execute("SELECT pg_catalog.current_setting('row_security')").fetchone()
-    store.row_security_errors(conn)
-    yield
-    conn.execute(
-        "SELECT pg_catalog.set_config('row_security', %s, true)", (before[0] if before else "on",)
-    )
 
 
 def _checked(before: tables.TableInfo, after: tables.TableInfo, spec: ModelSpec) -> ModelSpec:
@@ -236,19 +222,22 @@ def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec) -> int:
     ).fetchall()
     changed = [k for k, _ in rows]
     if changed:
+        # By the key's own type, as the daemon's write does: the key index finds the few rows.
+        key_type = naming.key_type(spec)
         conn.execute(
             sql.SQL(
                 "UPDATE {table} t SET {vector} = NULL WHERE {vector} IS NOT NULL "
-                "AND t.{key}::pg_catalog.text OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])"
-            ).format(table=table, vector=sql.Identifier(spec.embedding_column), key=key),
+                "AND t.{key} OPERATOR(pg_catalog.=) ANY (%s::{type}[])"
+            ).format(
+                table=table, vector=sql.Identifier(spec.embedding_column), key=key, type=key_type
+            ),
             (changed,),
         )
         if spec.chunked:
             conn.execute(
                 sql.SQL(
-                    "DELETE FROM {} c WHERE c.key::pg_catalog.text "
-                    "OPERATOR(pg_catalog.=) ANY (%s::pg_catalog.text[])"
-                ).format(naming.chunk_table(spec)),
+                    "DELETE FROM {} c WHERE c.key OPERATOR(pg_catalog.=) ANY (%s::{}[])"
+                ).format(naming.chunk_table(spec), key_type),
                 (changed,),
             )
     if spec.chunked:  # as the delete trigger does, for every row gone (fingerprinted or not)

@@ -10,7 +10,8 @@ caller's): no transaction stays open while a batch is embedded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,8 +104,12 @@ def row_security_errors(conn: psycopg.Connection) -> None:
     conn.execute("SELECT pg_catalog.set_config('row_security', 'off', true)")
 
 
-def _row_security_back(conn: psycopg.Connection) -> None:
-    """Row-level security filters again: the chunk tables' policy applies to the daemon."""
+@contextmanager
+def rows_unfiltered(conn: psycopg.Connection) -> Iterator[None]:
+    """row_security_errors for the statements inside, then row-level security filters again
+    (the chunk tables' policy applies to the daemon; a user's statement runs under it)."""
+    row_security_errors(conn)
+    yield
     conn.execute("SELECT pg_catalog.set_config('row_security', 'on', true)")
 
 
@@ -145,10 +150,8 @@ def write(
     )
     with conn.transaction(), conn.cursor(binary=True) as cur:
         cur.execute("SELECT pg_catalog.set_config('pgembed.writing', 'on', true)")
-        row_security_errors(conn)  # a policy made since the read: fail, never write fewer
-        written = {row[0] for row in cur.execute(query, params)}
-        _row_security_back(conn)
-        return written
+        with rows_unfiltered(conn):  # a policy made since the read: fail, never write fewer
+            return {row[0] for row in cur.execute(query, params)}
 
 
 @dataclass(frozen=True)
@@ -187,12 +190,11 @@ def lock(
         text=naming.text_expression(spec, "t"),
         type=naming.key_type(spec),
     )
-    row_security_errors(conn)
     params = ([keys[i] for i in order], [text_md5s[i] for i in order])
-    locked = {key: same for key, same in conn.execute(query, params)}
-    skipped = [key for key in keys if key not in locked]
-    held = _still_there(conn, spec, skipped) if skipped else set()
-    _row_security_back(conn)
+    with rows_unfiltered(conn):
+        locked = {key: same for key, same in conn.execute(query, params)}
+        skipped = [key for key in keys if key not in locked]
+        held = _still_there(conn, spec, skipped) if skipped else set()
     return Locked(locked, held)
 
 
