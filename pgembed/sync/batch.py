@@ -85,6 +85,7 @@ class Claimed:
     spec: ModelSpec
     claims: list[Claim]
     rows: list[SourceRow]
+    unreadable: int = 0  # claimed keys whose read failed: their attempt is recorded (_read)
 
 
 def fetch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) -> Claimed | None:
@@ -97,8 +98,8 @@ def fetch(conn: psycopg.Connection, spec: ModelSpec, config: BatchConfig) -> Cla
     claims = store.claim(conn, spec.name, config.worker_id, config.claim_size, config.lease_seconds)
     if not claims:
         return None
-    claims, rows = _read(conn, spec, claims, config)
-    return Claimed(spec, claims, rows)
+    read, rows = _read(conn, spec, claims, config)
+    return Claimed(spec, read, rows, unreadable=len(claims) - len(read))
 
 
 def _read(
@@ -186,9 +187,9 @@ def write_back(
             db.first_line(exc),
         )
         return BatchResult(
-            len(claimed.claims),
+            len(claimed.claims) + claimed.unreadable,
             done.written,
-            len(rows.failed),
+            len(rows.failed) + claimed.unreadable,
             postponed=done.postponed + postponed,
             postponed_keys=frozenset(done.postponed_keys | {c.key for c in left}),
         )
@@ -227,21 +228,23 @@ def _write_back(
         per_row = (time.monotonic() - started) / len(part)
         size = max(MIN_SLICE_ROWS, int(WRITE_SLICE_SECONDS / max(per_row, 1e-6)))
     _record_failures(conn, spec, config, {c.key: c for c in claims}, result)
+    # The keys _read could not read failed too (their attempt is already recorded).
+    count, failed = len(claims) + claimed.unreadable, len(result.failed) + claimed.unreadable
     log.info(
         "model=%s rows=%d written=%d failed=%d held=%d reused=%d seconds=%.2f rows_per_second=%.1f",
         spec.name,
-        len(claims),
+        count,
         done.written,
-        len(result.failed),
+        failed,
         done.held,
         result.reused,
         seconds,
-        len(claims) / max(seconds, 1e-9),
+        count / max(seconds, 1e-9),
     )
     return BatchResult(
-        len(claims),
+        count,
         done.written,
-        len(result.failed),
+        failed,
         postponed=done.postponed,
         postponed_keys=frozenset(done.postponed_keys),
     )

@@ -99,7 +99,7 @@ def test_a_batch_given_back_for_a_lock_still_counts_its_failed_rows(
 
 
 def test_a_key_the_key_type_cannot_read_fails_alone(
-    spec: registry.ModelSpec, reviews: psycopg.Connection
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
 ) -> None:
     # A queued key that is not an integer (queued by hand here) made the read of its whole batch
     # fail at every claim: none of its neighbours was ever embedded, and nothing said why.
@@ -108,15 +108,16 @@ def test_a_key_the_key_type_cannot_read_fails_alone(
     )
     config = batch.BatchConfig(worker_id="w1", claim_size=100, lease_seconds=60, max_attempts=2)
     result = run_batch(reviews, spec, config)
-    assert result is not None and (result.claimed, result.written) == (8, 8)
+    # Counted as failed, in the batch's figures and so in `sync --once`'s summary.
+    assert result is not None and (result.claimed, result.written, result.failed) == (10, 8, 2)
     retrying = reviews.execute("SELECT key, attempts, last_error FROM pgembed.queue ORDER BY key")
     rows = retrying.fetchall()
     assert [(key, attempts) for key, attempts, _ in rows] == [("1e99", 1), ("not-a-key", 1)]
     assert "reading key 'not-a-key' failed: invalid input syntax for type integer" in rows[1][2]
     # Retried with backoff like any failure, then kept in the failures.
     reviews.execute("UPDATE pgembed.queue SET next_attempt_at = now()")
-    again = run_batch(reviews, spec, config)
-    assert again is not None and again.claimed == 0  # both claimed, neither readable
+    again = cli("--database-url", db_url, "sync", "--once", "--max-attempts", "2")
+    assert "synced: 0 written, 0 skipped, 2 failed" in again.output  # neither readable
     failures = reviews.execute("SELECT key, attempts FROM pgembed.failures ORDER BY key")
     assert failures.fetchall() == [("1e99", 2), ("not-a-key", 2)]
     assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
