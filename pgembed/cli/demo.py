@@ -7,6 +7,7 @@ Running it again adds nothing; `--reset` removes exactly what it made.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import click
@@ -48,9 +49,12 @@ def demo_cmd(app: App, reset: bool) -> None:
 
 def location(explicit_url: str | None) -> str:
     """Where the demo's rows live, for a second run that finds them there: the database given,
-    or the embedded one, which every clone and project of this OS user shares by default."""
+    or the embedded one, which every clone and project of this OS user shares unless
+    PGEMBED_HOME gives it another place."""
     if explicit_url is not None:
         return "this database"
+    if os.environ.get("PGEMBED_HOME"):
+        return f"the embedded database in {server.data_dir()} (PGEMBED_HOME)"
     return (
         f"the embedded database in {server.data_dir()}, which every clone and project of this "
         "OS user shares (PGEMBED_HOME=$PWD/.pgembed gives a project its own: README, "

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from helpers import cli
-from pgembed import db
+from pgembed import config, db
 from pgembed.cli import demo
 
 DEMO_COUNTS = (
@@ -100,8 +100,11 @@ def test_demo_refuses_to_touch_a_users_model_of_its_name(
 def test_the_embedded_database_is_named_with_how_to_keep_one_per_project(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("PGEMBED_HOME", str(tmp_path))
-    where = demo.location(None)  # no URL: the embedded server's
-    assert where.startswith(f"the embedded database in {tmp_path / 'pgdata'}, which every clone")
+    monkeypatch.delenv("PGEMBED_HOME", raising=False)
+    where = demo.location(None)  # no URL: the embedded server's, shared by default
+    assert where.startswith(f"the embedded database in {config.home() / 'pgdata'}, which every")
     assert "PGEMBED_HOME=$PWD/.pgembed gives a project its own" in where
+    # Once PGEMBED_HOME gives it a place of its own, it is not said to be shared.
+    monkeypatch.setenv("PGEMBED_HOME", str(tmp_path))
+    assert demo.location(None) == f"the embedded database in {tmp_path / 'pgdata'} (PGEMBED_HOME)"
     assert demo.location("postgresql://app@db/shop") == "this database"
