@@ -120,6 +120,14 @@ def follow_row_security(conn: psycopg.Connection, spec: ModelSpec) -> None:
     )
 
 
+def unfollow_row_security(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """follow_row_security undone, for a statement that changes the key column's type: the
+    policy names that column, so PostgreSQL refuses such a change while it is there."""
+    table = naming.chunk_table(spec)
+    conn.execute(sql.SQL("DROP POLICY pgembed_row_visible ON {}").format(table))
+    conn.execute(sql.SQL("ALTER TABLE {} DISABLE ROW LEVEL SECURITY").format(table))
+
+
 def add_column(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """The model's vector column, of its dimensions."""
     conn.execute(

@@ -45,7 +45,8 @@ def alter_table(
     conn: psycopg.Connection, table: str, statement: str, on_wait: ddl.OnWait | None = None
 ) -> Altered:
     """Run `statement` on an autocommit `conn` with the triggers of every model watching `table`
-    (a reindex's shadow too) dropped before it and made again after it, in one transaction."""
+    (a reindex's shadow too), and a chunked model's row policy on its chunks, dropped before it
+    and made again after it, in one transaction."""
     schema, name = naming.parse_table(table)
     if not statement.strip():
         raise UsageError(
@@ -73,6 +74,8 @@ def alter_table(
         before = tables.inspect(conn, schema, name)
         for spec in specs:
             capture.drop_triggers(conn, spec)
+            if spec.chunked:  # its chunk table's row policy names the key column too
+                ddl.unfollow_row_security(conn, spec)
         try:
             conn.execute(
                 "SELECT pg_catalog.set_config('pgembed.alter_table_statement', %s, true)",
@@ -107,7 +110,11 @@ def alter_table(
                     {"name": spec.name, "key_type": new.key_type},
                 )
             with store.rows_unfiltered(conn):
+                if new.chunked:
+                    _chunks_follow_keys(conn, new, retype=new.key_type != spec.key_type)
                 requeued[spec.name] = _requeue_changed(conn, new)
+            if new.chunked:
+                ddl.follow_row_security(conn, new)
             capture.create_triggers(conn, new)
             capture.notify(conn, new.name)
         return Altered(schema, name, [s.name for s in specs], requeued, changed)
@@ -143,12 +150,6 @@ def _checked(before: tables.TableInfo, after: tables.TableInfo, spec: ModelSpec)
         naming.key_type(dataclasses.replace(spec, key_type=key_type))
     except (UsageError, NotFoundError) as exc:
         raise UsageError(f"{where}: {exc}; rolled back") from None
-    if key_type != spec.key_type and spec.chunked:
-        raise UsageError(
-            f"{where}: the key column's type changed ({spec.key_type} to {key_type}) and its "
-            "chunk table is keyed by the old one; rolled back (`pgembed model remove` the "
-            "chunked model, then add it again)"
-        )
     return dataclasses.replace(spec, key_type=key_type)
 
 
@@ -186,6 +187,27 @@ def _prints(conn: psycopg.Connection, spec: ModelSpec) -> sql.Composable:
         send=db.vector_name(conn, "vector_send"),
         vector=sql.Identifier(spec.embedding_column),
     )
+
+
+def _chunks_follow_keys(conn: psycopg.Connection, spec: ModelSpec, *, retype: bool) -> None:
+    """A chunked model's chunks: those of keys no row has now (deleted, rekeyed, or written
+    otherwise by a new key type) go, as the delete trigger does; with a new key type the rest
+    take it. Each kept chunk's key is then some row's key as text, so it reads back as exactly
+    that row's key: a chunk never moves to another row, and the cast cannot fail."""
+    key, chunks = sql.Identifier(spec.key_column), naming.chunk_table(spec)
+    conn.execute(
+        sql.SQL(
+            "DELETE FROM {chunks} c WHERE NOT EXISTS (SELECT FROM {table} t "
+            "WHERE t.{key}::pg_catalog.text OPERATOR(pg_catalog.=) c.key::pg_catalog.text)"
+        ).format(chunks=chunks, table=naming.table(spec), key=key)
+    )
+    if retype:
+        key_type = naming.key_type(spec)
+        conn.execute(
+            sql.SQL(
+                "ALTER TABLE {} ALTER COLUMN key TYPE {} USING key::pg_catalog.text::{}"
+            ).format(chunks, key_type, key_type)
+        )
 
 
 def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec) -> int:
@@ -240,13 +262,6 @@ def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec) -> int:
                 ).format(naming.chunk_table(spec), key_type),
                 (changed,),
             )
-    if spec.chunked:  # as the delete trigger does, for every row gone (fingerprinted or not)
-        conn.execute(
-            sql.SQL(
-                "DELETE FROM {chunks} c WHERE NOT EXISTS (SELECT FROM {table} t "
-                "WHERE t.{key}::pg_catalog.text OPERATOR(pg_catalog.=) c.key::pg_catalog.text)"
-            ).format(chunks=naming.chunk_table(spec), table=table, key=key)
-        )
     queued = [k for k, has_text in rows if has_text]
     forgotten = [k for k, has_text in rows if not has_text] + [k for (k,) in gone]
     params = {"model": spec.name, "queued": queued, "forgotten": forgotten}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 
 import psycopg
 import pytest
@@ -191,16 +192,27 @@ def test_a_chunked_models_text_column_changes_type_with_its_chunks_kept(
     )
     assert result.exit_code == 0, result.output
     assert reviews.execute(chunks).fetchall() == before
-    # The key's type cannot change under its chunk table: refused, nothing changed.
-    refused = cli(
+    # The key's type changes too (PostgreSQL alone refused it: the chunk table's row policy
+    # names the key column): the chunks take the new key type and stay, the policy is made again.
+    policy = (
+        "SELECT c.relrowsecurity, pg_get_expr(p.polqual, p.polrelid), "
+        "format_type(a.atttypid, a.atttypmod) FROM pg_class c JOIN pg_policy p "
+        "ON p.polrelid = c.oid JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'key' "
+        "WHERE c.oid = 'pgembed_minilm_chunks'::regclass"
+    )
+    (enabled, qual, key_type), *others = reviews.execute(policy).fetchall()
+    assert enabled and not others and key_type == "integer"
+    result = cli(
         "--database-url",
         db_url,
         "alter-table",
         "reviews",
         "ALTER TABLE reviews ALTER COLUMN id TYPE bigint",
     )
-    assert refused.exit_code != 0 and len(refused.output.strip().splitlines()) == 1
-    assert registry.get(reviews, "minilm").key_type == "integer"
+    assert result.exit_code == 0, result.output
+    assert registry.get(reviews, "minilm").key_type == "bigint"
+    assert reviews.execute(policy).fetchall() == [(True, qual, "bigint")]
+    assert reviews.execute(chunks).fetchall() == before
     reviews.execute("UPDATE reviews SET body = %s WHERE id = 1", (long + " One more.",))
     synced(db_url)
     assert_every_vector_matches_its_text(reviews)
@@ -219,6 +231,22 @@ def test_a_chunked_models_text_column_changes_type_with_its_chunks_kept(
     synced(db_url)
     keys = {key for key, *_ in reviews.execute(chunks).fetchall()}
     assert keys == {100}
+    assert_every_vector_matches_its_text(reviews)
+    # A key type that writes keys otherwise (100 becomes 100.00): every row is embedded again,
+    # and no chunk is left under a key no row has.
+    result = cli(
+        "--database-url",
+        db_url,
+        "alter-table",
+        "reviews",
+        "ALTER TABLE reviews ALTER COLUMN id TYPE numeric(12,2)",
+    )
+    assert result.exit_code == 0, result.output
+    assert reviews.execute(policy).fetchall() == [(True, qual, "numeric(12,2)")]
+    assert reviews.execute(chunks).fetchall() == []
+    synced(db_url)
+    keys = {key for key, *_ in reviews.execute(chunks).fetchall()}
+    assert keys == {Decimal("100.00")}
     assert_every_vector_matches_its_text(reviews)
 
 

@@ -190,6 +190,26 @@ def test_migration_0015_puts_the_policy_on_chunk_tables_made_before(db_url: str)
     assert row == (True, "pgembed_row_visible")
 
 
+def test_the_chunks_stay_behind_the_tables_policy_after_a_key_type_change(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    with db.connection(db_url) as conn:
+        alice, _, _ = _tenants(conn, make_role)
+    assert pgembed.sync_once(database_url=db_url).written == 2 * 8
+    chunks = "SELECT key, chunk, embedding::text FROM pgembed_whole_chunks ORDER BY 1, 2"
+    with db.connection(db_url) as conn:
+        before = conn.execute(chunks).fetchall()
+    # The chunk table's policy names the key column: alter-table lifts it and makes it again.
+    statement = "ALTER TABLE docs ALTER COLUMN id TYPE varchar(64)"
+    altered = pgembed.alter_table("docs", statement, database_url=db_url)
+    assert altered.key_types["whole"][1] == "character varying(64)"
+    with db.connection(db_url) as conn:
+        assert conn.execute(chunks).fetchall() == before
+    with db.connection(as_role(db_url, alice)) as conn:
+        seen = conn.execute("SELECT DISTINCT key FROM pgembed_whole_chunks").fetchall()
+    assert seen and all(key.startswith(alice) for (key,) in seen)
+
+
 def _hidden_from_the_daemon(conn: psycopg.Connection, make_role: Callable[..., str]) -> str:
     """docs under row-level security whose only policy is for an application role: a daemon
     role's URL (a pgembed_daemon member, no BYPASSRLS), with 45 rows queued."""
