@@ -217,6 +217,31 @@ def test_an_index_walk_that_stops_short_is_made_up_by_an_exact_scan(
             assert [key for key, _ in found] == exact(real, q, "cat < 12", k=20)
 
 
+def test_rows_the_first_walk_cannot_return_are_made_up_by_a_strict_order_scan(
+    real: psycopg.Connection, queries: list[Vector]
+) -> None:
+    """Without a filter, pgembed.search walks the index once (ef_search candidates); when rows
+    it may not return (deleted and not yet vacuumed, hidden by row-level security) leave fewer
+    than k, a strict-order iterative scan reads on. k rows, best first."""
+    q = queries[0]
+    nearest = exact(real, q, k=45)
+    with real.transaction(force_rollback=True):
+        # Deleted in this transaction: still in the index, not visible to it.
+        real.execute("DELETE FROM reviews WHERE id = ANY(%s)", (nearest[:35],))
+        with real.transaction(force_rollback=True):
+            real.execute("SET LOCAL hnsw.ef_search = 40")
+            real.execute("SET LOCAL hnsw.iterative_scan = off")
+            real.execute("SET LOCAL enable_seqscan = off")
+            one_walk = real.execute(
+                "SELECT id FROM reviews ORDER BY embedding_minilm <=> %s LIMIT 10", (q,)
+            ).fetchall()
+        assert 0 < len(one_walk) < 10  # the case at hand: some rows, not k
+        real.execute("SET LOCAL pgembed.ef_search = 40")
+        found = search(real, q, None, k=10)
+    assert best_first([value for _, value in found])
+    assert len(found) == 10 and recall([key for key, _ in found], nearest[35:]) >= 0.9
+
+
 # --- 4. plain SQL: docs/search.md's recipe ------------------------------------------------------
 
 

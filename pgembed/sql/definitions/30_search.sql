@@ -971,6 +971,7 @@ DECLARE
     m pgembed.models;
     branches text := '';
     nearest text;
+    first text;
     exact text;
     vector_type text;
     distance text;
@@ -1009,6 +1010,19 @@ BEGIN
                 LIMIT <limit>) hits
             LIMIT k;$nearest$,
             m.key_column, m.embedding_column, m.table_schema, m.table_name, distance);
+        -- The same walk, its k rows kept to be returned only if there are k of them.
+        first := format($first$
+            SELECT array_agg(hits.key ORDER BY hits.distance),
+                   array_agg(1 - hits.distance ORDER BY hits.distance)
+            INTO keys, similarities FROM (
+                SELECT walked.* FROM (
+                    SELECT t.%1$I::text AS key, t.%2$I %5$s query AS distance
+                    FROM %3$I.%4$I t
+                    WHERE t.%2$I IS NOT NULL
+                    ORDER BY t.%2$I %5$s query
+                    LIMIT <limit>) walked
+                LIMIT k) hits;$first$,
+            m.key_column, m.embedding_column, m.table_schema, m.table_name, distance);
         -- OFFSET 0 keeps the subquery apart, so its rows cannot come in the index's order:
         -- every row is read once, its distance computed once, and the k nearest kept.
         exact := format($exact$
@@ -1044,10 +1058,12 @@ BEGIN
             ef := current_setting('hnsw.ef_search');
             done := set_config('hnsw.ef_search', effort::text, true);
         END IF;
-        -- Strict order: the index returns the rows nearest first, nothing to re-sort, and
-        -- still k rows when dead tuples or row-level security hide some of the first ef_search.
+        -- First one walk of ef_search (no iterative scan), which returns its rows nearest
+        -- first; a strict-order iterative scan only when it found fewer than k rows (dead tuples
+        -- or row-level security hid some of them): its first walk is the same, and it goes on
+        -- until k rows. Iterating from the start cost some 7 %% more per search (BENCHMARKS.md).
         scan := current_setting('hnsw.iterative_scan');
-        done := set_config('hnsw.iterative_scan', 'strict_order', true);
+        done := set_config('hnsw.iterative_scan', 'off', true);
         -- The index, not an exact scan: the planner's cost of one leaves out reading each vector
         -- back from TOAST (see _exact_v1). Set before every run: a plan is made (or remade after
         -- an ANALYZE) when the statement runs.
@@ -1056,8 +1072,18 @@ BEGIN
         -- The inner LIMIT is a constant, so the one generic plan is costed for that many rows,
         -- as the raw statement is (a LIMIT parameter would be costed as 10 %% of the table, and
         -- sorting the table would win); the outer LIMIT stops the scan after k rows.
-        IF k <= 10 THEN%4$s
-        ELSE%5$s
+        IF k <= 10 THEN%10$s
+        ELSE%11$s
+        END IF;
+        IF cardinality(keys) >= k THEN
+            RETURN QUERY SELECT u.key, u.similarity
+                FROM unnest(keys, similarities) WITH ORDINALITY AS u(key, similarity, n)
+                ORDER BY u.n;
+        ELSE
+            done := set_config('hnsw.iterative_scan', 'strict_order', true);
+            IF k <= 10 THEN%4$s
+            ELSE%5$s
+            END IF;
         END IF;
         -- A SET clause restores only the settings it names: put back the caller's (an error
         -- needs nothing, the rollback does it).
@@ -1075,7 +1101,8 @@ BEGIN
                                       m.hnsw_ef_construction) END,
                      'NULL'),
             replace(nearest, '<limit>', '10'), replace(nearest, '<limit>', '100'), dims,
-            format('%I.%I', m.table_schema, m.table_name), exact, norm);
+            format('%I.%I', m.table_schema, m.table_name), exact, norm,
+            replace(first, '<limit>', '10'), replace(first, '<limit>', '100'));
     END LOOP;
     IF branches = '' THEN  -- PL/pgSQL's CASE needs a WHEN
         branches := E'\n    WHEN NULL THEN NULL;';
@@ -1094,6 +1121,8 @@ BEGIN
 DECLARE
     effort integer;
     ef text;
+    keys text[];
+    similarities double precision[];
     scan text;
     seq text;
     done text;

@@ -16,6 +16,8 @@ AS $function$
 DECLARE
     effort integer;
     ef text;
+    keys text[];
+    similarities double precision[];
     scan text;
     seq text;
     done text;
