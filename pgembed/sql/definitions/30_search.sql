@@ -1061,7 +1061,7 @@ BEGIN
         -- First one walk of ef_search (no iterative scan), which returns its rows nearest
         -- first; a strict-order iterative scan only when it found fewer than k rows (dead tuples
         -- or row-level security hid some of them): its first walk is the same, and it goes on
-        -- until k rows. Iterating from the start cost some 7 %% more per search (BENCHMARKS.md).
+        -- until k rows. Iterating from the start cost 5-11 %% more (docs/decisions.md).
         scan := current_setting('hnsw.iterative_scan');
         done := set_config('hnsw.iterative_scan', 'off', true);
         -- The index, not an exact scan: the planner's cost of one leaves out reading each vector
