@@ -1061,9 +1061,9 @@ BEGIN
         -- First one walk of ef_search (no iterative scan), which returns its rows nearest
         -- first; a strict-order iterative scan only when it found fewer than k rows (dead tuples
         -- or row-level security hid some of them): its first walk is the same, and it goes on
-        -- until k rows. Iterating from the start cost 5-11 %% more (docs/decisions.md).
+        -- until k rows. Iterating from the start cost 5-11 %% more (docs/decisions.md). An
+        -- ef_search below k cannot give k rows in one walk: then the strict scan alone.
         scan := current_setting('hnsw.iterative_scan');
-        done := set_config('hnsw.iterative_scan', 'off', true);
         -- The index, not an exact scan: the planner's cost of one leaves out reading each vector
         -- back from TOAST (see _exact_v1). Set before every run: a plan is made (or remade after
         -- an ANALYZE) when the statement runs.
@@ -1072,8 +1072,11 @@ BEGIN
         -- The inner LIMIT is a constant, so the one generic plan is costed for that many rows,
         -- as the raw statement is (a LIMIT parameter would be costed as 10 %% of the table, and
         -- sorting the table would win); the outer LIMIT stops the scan after k rows.
-        IF k <= 10 THEN%10$s
-        ELSE%11$s
+        IF current_setting('hnsw.ef_search')::integer >= k THEN
+            done := set_config('hnsw.iterative_scan', 'off', true);
+            IF k <= 10 THEN%10$s
+            ELSE%11$s
+            END IF;
         END IF;
         IF cardinality(keys) >= k THEN
             RETURN QUERY SELECT u.key, u.similarity
