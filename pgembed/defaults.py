@@ -91,6 +91,10 @@ POOL_WAIT_SECONDS = 10.0
 # who holds the table, and tries again after a pause (doubling from DDL_RETRY_FIRST_PAUSE up to
 # DDL_RETRY_MAX_PAUSE), giving up after DDL_LOCK_WAIT_SECONDS in all.
 DDL_LOCK_TIMEOUT = "2s"
+# A chunk table's lock, taken just after its watched table's (alter-table): a session that holds
+# the chunk table and now waits for the watched table would deadlock with us. Giving up before
+# PostgreSQL's deadlock check (deadlock_timeout, 1 s) makes alter-table the one that retries.
+CHUNK_LOCK_TIMEOUT = "200ms"
 DDL_RETRY_FIRST_PAUSE = 0.5
 DDL_RETRY_MAX_PAUSE = 5.0
 DDL_LOCK_WAIT_SECONDS = 300.0

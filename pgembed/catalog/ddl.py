@@ -122,9 +122,10 @@ def follow_row_security(conn: psycopg.Connection, spec: ModelSpec) -> None:
 
 def unfollow_row_security(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """follow_row_security undone, for a statement that changes the key column's type: the
-    policy names that column, so PostgreSQL refuses such a change while it is there."""
+    policy names that column, so PostgreSQL refuses such a change while it is there. A policy
+    already gone (dropped by hand) is no error: follow_row_security makes it again."""
     table = naming.chunk_table(spec)
-    conn.execute(sql.SQL("DROP POLICY pgembed_row_visible ON {}").format(table))
+    conn.execute(sql.SQL("DROP POLICY IF EXISTS pgembed_row_visible ON {}").format(table))
     conn.execute(sql.SQL("ALTER TABLE {} DISABLE ROW LEVEL SECURITY").format(table))
 
 
@@ -217,7 +218,7 @@ def retrying_locks(
     deadline = time.monotonic() + wait_seconds
     pause = defaults.DDL_RETRY_FIRST_PAUSE
     while True:
-        _cancel_autovacuum(conn, schema, name)
+        cancel_autovacuum(conn, schema, name)
         try:
             with conn.transaction():
                 conn.execute(
@@ -237,7 +238,7 @@ def retrying_locks(
             pause = min(pause * 2, defaults.DDL_RETRY_MAX_PAUSE)
 
 
-def _cancel_autovacuum(conn: psycopg.Connection, schema: str, name: str) -> None:
+def cancel_autovacuum(conn: psycopg.Connection, schema: str, name: str) -> None:
     """An autovacuum of the table would hold our lock request, and every query queued behind
     it, until PostgreSQL cancels it after deadlock_timeout (1 s: the writers' one stall measured
     at a million rows): cancel it first, where this role may."""
@@ -287,6 +288,25 @@ def refuse_column_views(conn: psycopg.Connection, spec: ModelSpec, action: str) 
 def lock_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """Take the table's ACCESS EXCLUSIVE lock first, so a timeout leaves nothing half-done."""
     conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(naming.table(spec)))
+
+
+def lock_chunks(conn: psycopg.Connection, specs: list[ModelSpec]) -> None:
+    """The chunk tables' ACCESS EXCLUSIVE locks, after the watched table's (in retrying_locks):
+    their autovacuum cancelled first, and each waited for at most CHUNK_LOCK_TIMEOUT, so that a
+    session holding a chunk table and waiting for the watched table is not the deadlock's
+    victim: this transaction gives up and is tried again instead."""
+    for spec in specs:
+        cancel_autovacuum(conn, spec.table_schema, naming.chunk_table_name(spec))
+    conn.execute(
+        "SELECT pg_catalog.set_config('lock_timeout', %s, true)", (defaults.CHUNK_LOCK_TIMEOUT,)
+    )
+    for spec in specs:
+        conn.execute(
+            sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(naming.chunk_table(spec))
+        )
+    conn.execute(
+        "SELECT pg_catalog.set_config('lock_timeout', %s, true)", (defaults.DDL_LOCK_TIMEOUT,)
+    )
 
 
 def drop_chunks(conn: psycopg.Connection, spec: ModelSpec) -> None:

@@ -52,16 +52,19 @@ def alter_table(
         raise UsageError(
             "give the statement to run, e.g. 'ALTER TABLE t ALTER COLUMN body TYPE text'"
         )
-    specs = [
-        s for s in registry.all_models(conn) if (s.table_schema, s.table_name) == (schema, name)
-    ]
-    if not specs:
+
+    def watching() -> list[ModelSpec]:
+        every = registry.all_models(conn)
+        return [s for s in every if (s.table_schema, s.table_name) == (schema, name)]
+
+    if not watching():
         raise UsageError(
             f"no model watches table {schema}.{name}: run the statement yourself (`pgembed model "
             "list` shows the tables pgembed watches)"
         )
 
     def work() -> Altered:
+        specs = watching()
         # The fingerprints first, before any lock that stops the daemons or the application (a
         # read of every row: some 6 s at a million). The triggers are still there while they are
         # taken: a row changed meanwhile is queued by its trigger, and found changed below too.
@@ -70,12 +73,21 @@ def alter_table(
         # Catalog rows first, then the table: the sync write-back's order (no deadlock).
         for spec in specs:
             conn.execute(sqlfiles.get("lifecycle", "lock_model_rows"), {"name": spec.name})
+        # Read again under those locks: another alter-table's new key type, a reindex's switch.
+        locked, specs = specs, watching()
+        if [s.name for s in specs] != [s.name for s in locked]:
+            raise UsageError(
+                f"the models of table {schema}.{name} changed while pgembed read its rows "
+                "(a model added, removed or switched): nothing changed, run it again"
+            )
         ddl.lock_table(conn, specs[0])
+        chunked = [s for s in specs if _has_chunks(conn, s)]
+        ddl.lock_chunks(conn, chunked)
         before = tables.inspect(conn, schema, name)
         for spec in specs:
             capture.drop_triggers(conn, spec)
-            if spec.chunked:  # its chunk table's row policy names the key column too
-                ddl.unfollow_row_security(conn, spec)
+        for spec in chunked:  # a chunk table's row policy names the key column too
+            ddl.unfollow_row_security(conn, spec)
         try:
             conn.execute(
                 "SELECT pg_catalog.set_config('pgembed.alter_table_statement', %s, true)",
@@ -109,11 +121,12 @@ def alter_table(
                     sqlfiles.get("catalog", "set_key_type"),
                     {"name": spec.name, "key_type": new.key_type},
                 )
+            chunks = spec in chunked
             with store.rows_unfiltered(conn):
-                if new.chunked:
+                if chunks:
                     _chunks_follow_keys(conn, new, retype=new.key_type != spec.key_type)
-                requeued[spec.name] = _requeue_changed(conn, new)
-            if new.chunked:
+                requeued[spec.name] = _requeue_changed(conn, new, chunks=chunks)
+            if chunks:
                 ddl.follow_row_security(conn, new)
             capture.create_triggers(conn, new)
             capture.notify(conn, new.name)
@@ -202,15 +215,44 @@ def _chunks_follow_keys(conn: psycopg.Connection, spec: ModelSpec, *, retype: bo
         ).format(chunks=chunks, table=naming.table(spec), key=key)
     )
     if retype:
-        key_type = naming.key_type(spec)
-        conn.execute(
-            sql.SQL(
-                "ALTER TABLE {} ALTER COLUMN key TYPE {} USING key::pg_catalog.text::{}"
-            ).format(chunks, key_type, key_type)
+        _retype_chunk_keys(conn, spec)
+
+
+def _retype_chunk_keys(conn: psycopg.Connection, spec: ModelSpec) -> None:
+    """The chunk keys in the new key type, by their text. The type's own cast where it gives
+    every key that same value, as PostgreSQL then rewrites only what it must (`varchar(32)` to
+    `varchar(64)`: nothing; a USING clause would rewrite the table and rebuild its HNSW index
+    under the watched table's lock)."""
+    chunks, key_type = naming.chunk_table(spec), naming.key_type(spec)
+    try:
+        with conn.transaction():
+            differs = conn.execute(
+                sql.SQL(
+                    "SELECT EXISTS (SELECT FROM {} c WHERE c.key::{} IS DISTINCT FROM "
+                    "c.key::pg_catalog.text::{})"
+                ).format(chunks, key_type, key_type)
+            ).fetchone()
+            if differs == (False,):
+                conn.execute(
+                    sql.SQL("ALTER TABLE {} ALTER COLUMN key TYPE {}").format(chunks, key_type)
+                )
+                return
+    except (psycopg.errors.DatatypeMismatch, psycopg.errors.CannotCoerce, psycopg.DataError):
+        pass  # no such cast, or one that fails for a key: by the text alone
+    conn.execute(
+        sql.SQL("ALTER TABLE {} ALTER COLUMN key TYPE {} USING key::pg_catalog.text::{}").format(
+            chunks, key_type, key_type
         )
+    )
 
 
-def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec) -> int:
+def _has_chunks(conn: psycopg.Connection, spec: ModelSpec) -> bool:
+    """A chunked model whose chunk table is there and pgembed's (else it has none to follow)."""
+    name = naming.chunk_table_name(spec)
+    return spec.chunked and tables.own_chunks(conn, spec.table_schema, name)
+
+
+def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec, *, chunks: bool) -> int:
     """What the update trigger does for a changed row, for the rows whose key, text or vector
     the statement changed: the vector (and chunks) cleared, the key queued if it has text, else
     its bookkeeping dropped; and the bookkeeping of keys no row has now. How many were queued."""
@@ -255,7 +297,7 @@ def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec) -> int:
             ),
             (changed,),
         )
-        if spec.chunked:
+        if chunks:
             conn.execute(
                 sql.SQL(
                     "DELETE FROM {} c WHERE c.key OPERATOR(pg_catalog.=) ANY (%s::{}[])"
