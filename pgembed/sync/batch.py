@@ -324,10 +324,13 @@ def _write_slice(
         if owner is not None:
             store.clean_session(conn)
     if changed:
-        earlier = BatchResult(len(done.settled), done.written, 0, done.postponed)
+        unreadable = claimed.unreadable  # failed at the read (_read), counted here once
+        earlier = BatchResult(
+            len(done.settled) + unreadable, done.written, unreadable, done.postponed
+        )
         raise ModelChanged(
             "changed since this worker read the catalog: batch given back",
-            earlier if done.settled else None,
+            earlier if done.settled or unreadable else None,
         )
     done.written += len(written)
     done.postponed += postponed
