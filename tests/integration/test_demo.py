@@ -101,8 +101,10 @@ def test_the_embedded_database_is_named_with_how_to_keep_one_per_project(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.delenv("PGEMBED_HOME", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # the per-user directory
     where = demo.location(None)  # no URL: the embedded server's, shared by default
-    assert where.startswith(f"the embedded database in {config.home() / 'pgdata'}, which every")
+    shared = config.home(create=False) / "pgdata"
+    assert where.startswith(f"the embedded database in {shared}, which every")
     assert "PGEMBED_HOME=$PWD/.pgembed gives a project its own" in where
     # Once PGEMBED_HOME gives it a place of its own, it is not said to be shared.
     monkeypatch.setenv("PGEMBED_HOME", str(tmp_path))
