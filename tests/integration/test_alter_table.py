@@ -434,3 +434,24 @@ def test_the_same_from_python_the_client_and_the_async_client(
             "WHERE attrelid = 'reviews'::regclass AND attname IN ('id', 'body') ORDER BY attnum"
         ).fetchall()
     ] == ["bigint", "text"]
+
+
+def test_an_application_reading_the_chunks_then_the_table_is_not_failed(
+    reviews: psycopg.Connection, db_url: str
+) -> None:
+    # alter-table holds the table and waits for the chunk table, which an application's
+    # transaction has read; that transaction then reads the table. It must not fail, and
+    # alter-table finishes once it ends. (Here alter-table waited first, so even without the
+    # chunk locks' short wait the deadlock check would pick it; the short wait is for when the
+    # application waited first, an order this test cannot set up.)
+    models.add(reviews, models.AddRequest("minilm", "reviews", "body", long_texts="chunk"))
+    with db.connection(db_url, autocommit=False) as app, ThreadPoolExecutor(1) as pool:
+        app.execute("SELECT count(*) FROM pgembed_minilm_chunks")
+        with db.connection(db_url) as conn:
+            conn.autocommit = True
+            running = pool.submit(altertable.alter_table, conn, "reviews", "SELECT 1")
+            with db.connection(db_url) as watcher:
+                wait_for(lambda: waiting(watcher, conn.info.backend_pid), 30, "the lock wait")
+            app.execute("SELECT count(*) FROM reviews")  # no error here
+            app.commit()
+            assert running.result(timeout=60).models == ["minilm"]
