@@ -242,6 +242,30 @@ def test_rows_the_first_walk_cannot_return_are_made_up_by_a_strict_order_scan(
     assert len(found) == 10 and recall([key for key, _ in found], nearest[35:]) >= 0.9
 
 
+def test_the_callers_settings_are_put_back_on_either_path(
+    real: psycopg.Connection, queries: list[Vector]
+) -> None:
+    """The index path sets ef_search, the iterative scan and enable_seqscan for its statements:
+    the caller's values are back after the call, whether one walk sufficed or not."""
+    settings = ("hnsw.ef_search", "hnsw.iterative_scan", "enable_seqscan")
+
+    def shown() -> list[str]:
+        return [real.execute(f"SHOW {name}").fetchone()[0] for name in settings]  # type: ignore[index]
+
+    q = queries[0]
+    nearest = exact(real, q, k=75)
+    with real.transaction(force_rollback=True):
+        real.execute("SET LOCAL hnsw.ef_search = 77")
+        real.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        real.execute("SET LOCAL enable_seqscan = on")
+        before = shown()
+        assert len(search(real, q, None)) == 10  # one walk
+        assert shown() == before
+        real.execute("DELETE FROM reviews WHERE id = ANY(%s)", (nearest,))
+        assert len(search(real, q, None)) == 10  # the walk came short: the strict scan
+        assert shown() == before
+
+
 # --- 4. plain SQL: docs/search.md's recipe ------------------------------------------------------
 
 
