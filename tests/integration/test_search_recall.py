@@ -246,11 +246,18 @@ def test_the_callers_settings_are_put_back_on_either_path(
     real: psycopg.Connection, queries: list[Vector]
 ) -> None:
     """The index path sets ef_search, the iterative scan and enable_seqscan for its statements:
-    the caller's values are back after the call, whether one walk sufficed or not."""
+    the caller's values are back after the call, whether one walk sufficed (one index scan) or
+    the strict scan followed it (a second)."""
     settings = ("hnsw.ef_search", "hnsw.iterative_scan", "enable_seqscan")
 
     def shown() -> list[str]:
         return [real.execute(f"SHOW {name}").fetchone()[0] for name in settings]  # type: ignore[index]
+
+    def index_scans() -> int:  # of this transaction, so far
+        row = real.execute(
+            "SELECT idx_scan FROM pg_stat_xact_user_tables WHERE relid = 'reviews'::regclass"
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     q = queries[0]
     nearest = exact(real, q, k=75)
@@ -258,12 +265,13 @@ def test_the_callers_settings_are_put_back_on_either_path(
         real.execute("SET LOCAL hnsw.ef_search = 77")
         real.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         real.execute("SET LOCAL enable_seqscan = on")
-        before = shown()
-        assert len(search(real, q, None)) == 10  # one walk
-        assert shown() == before
+        before, scans = shown(), index_scans()
+        assert len(search(real, q, None)) == 10
+        assert (shown(), index_scans()) == (before, scans + 1)  # one walk sufficed
         real.execute("DELETE FROM reviews WHERE id = ANY(%s)", (nearest,))
-        assert len(search(real, q, None)) == 10  # the walk came short: the strict scan
-        assert shown() == before
+        scans = index_scans()
+        assert len(search(real, q, None)) == 10
+        assert (shown(), index_scans()) == (before, scans + 2)  # it came short: the strict scan
 
 
 # --- 4. plain SQL: docs/search.md's recipe ------------------------------------------------------
