@@ -20,10 +20,12 @@ import numpy as np
 import psycopg
 import pytest
 from pgvector import Vector
+from psycopg import sql
 from psycopg.types.json import Jsonb
+from roles_helpers import role_maker
 
 from helpers import cli, database, database_name, plans
-from pgembed import db
+from pgembed import db, roles
 from pgembed.catalog import ddl
 from pgembed.errors import UsageError
 from pgembed.lifecycle import models
@@ -242,6 +244,14 @@ def test_rows_the_first_walk_cannot_return_are_made_up_by_a_strict_order_scan(
     assert len(found) == 10 and recall([key for key, _ in found], nearest[35:]) >= 0.9
 
 
+def index_scans(conn: psycopg.Connection) -> int:
+    """The index scans on `reviews` of this transaction, so far."""
+    row = conn.execute(
+        "SELECT idx_scan FROM pg_stat_xact_user_tables WHERE relid = 'reviews'::regclass"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def test_the_callers_settings_are_put_back_on_either_path(
     real: psycopg.Connection, queries: list[Vector]
 ) -> None:
@@ -253,25 +263,40 @@ def test_the_callers_settings_are_put_back_on_either_path(
     def shown() -> list[str]:
         return [real.execute(f"SHOW {name}").fetchone()[0] for name in settings]  # type: ignore[index]
 
-    def index_scans() -> int:  # of this transaction, so far
-        row = real.execute(
-            "SELECT idx_scan FROM pg_stat_xact_user_tables WHERE relid = 'reviews'::regclass"
-        ).fetchone()
-        return int(row[0]) if row else 0
-
     q = queries[0]
     nearest = exact(real, q, k=75)
     with real.transaction(force_rollback=True):
         real.execute("SET LOCAL hnsw.ef_search = 77")
         real.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         real.execute("SET LOCAL enable_seqscan = on")
-        before, scans = shown(), index_scans()
+        before, scans = shown(), index_scans(real)
         assert len(search(real, q, None)) == 10
-        assert (shown(), index_scans()) == (before, scans + 1)  # one walk sufficed
+        assert (shown(), index_scans(real)) == (before, scans + 1)  # one walk sufficed
         real.execute("DELETE FROM reviews WHERE id = ANY(%s)", (nearest,))
-        scans = index_scans()
+        scans = index_scans(real)
         assert len(search(real, q, None)) == 10
-        assert (shown(), index_scans()) == (before, scans + 2)  # it came short: the strict scan
+        assert (shown(), index_scans(real)) == (before, scans + 2)  # it came short: the strict scan
+
+
+def test_a_tenant_that_sees_few_rows_gets_k_of_them_best_first(
+    real: psycopg.Connection, real_url: str, queries: list[Vector]
+) -> None:
+    """Under row-level security a tenant who sees 1 % of the rows searches without a filter:
+    pgembed.search skips its single walk there (it would nearly always come short) and returns
+    k of the tenant's rows, nearest first, as an exact search of them does."""
+    roles.create(real)
+    with role_maker(real_url) as make, real.transaction(force_rollback=True):
+        tenant = make("tenant", f"IN ROLE {roles.READER}")
+        real.execute(sql.SQL("GRANT SELECT ON reviews TO {}").format(sql.Identifier(tenant)))
+        real.execute("ALTER TABLE reviews ENABLE ROW LEVEL SECURITY")
+        real.execute("CREATE POLICY few ON reviews USING (cat < 10)")
+        real.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(tenant)))
+        assert real.execute("SELECT row_security_active('reviews')").fetchone() == (True,)
+        found = search(real, queries[0], None)
+        real.execute("RESET ROLE")
+    assert best_first([value for _, value in found])
+    best = exact(real, queries[0], "cat < 10")
+    assert len(found) == 10 and recall([key for key, _ in found], best) >= 0.9
 
 
 # --- 4. plain SQL: docs/search.md's recipe ------------------------------------------------------

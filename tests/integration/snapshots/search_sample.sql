@@ -63,7 +63,8 @@ BEGIN
         -- first; a strict-order iterative scan only when it found fewer than k rows (dead tuples
         -- or row-level security hid some of them): its first walk is the same, and it goes on
         -- until k rows. Iterating from the start cost 5-11 % more (docs/decisions.md). An
-        -- ef_search below k cannot give k rows in one walk: then the strict scan alone.
+        -- ef_search below k cannot give k rows in one walk, and under row-level security the
+        -- walk may often come short (a tenant's few rows): then the strict scan alone.
         scan := current_setting('hnsw.iterative_scan');
         -- The index, not an exact scan: the planner's cost of one leaves out reading each vector
         -- back from TOAST (see _exact_v1). Set before every run: a plan is made (or remade after
@@ -73,7 +74,7 @@ BEGIN
         -- The inner LIMIT is a constant, so the one generic plan is costed for that many rows,
         -- as the raw statement is (a LIMIT parameter would be costed as 10 % of the table, and
         -- sorting the table would win); the outer LIMIT stops the scan after k rows.
-        IF current_setting('hnsw.ef_search')::integer >= k THEN
+        IF current_setting('hnsw.ef_search')::integer >= k AND NOT row_security_active('public.docs') THEN
             done := set_config('hnsw.iterative_scan', 'off', true);
             IF k <= 10 THEN
             SELECT array_agg(hits.key ORDER BY hits.distance),
