@@ -221,10 +221,7 @@ def retrying_locks(
         cancel_autovacuum(conn, schema, name)
         try:
             with conn.transaction():
-                conn.execute(
-                    "SELECT pg_catalog.set_config('lock_timeout', %s, true)",
-                    (defaults.DDL_LOCK_TIMEOUT,),
-                )
+                _lock_timeout(conn, defaults.DDL_LOCK_TIMEOUT)
                 return work()
         except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
             holders = _lock_holders(conn, schema, name)
@@ -297,16 +294,17 @@ def lock_chunks(conn: psycopg.Connection, specs: list[ModelSpec]) -> None:
     victim: this transaction gives up and is tried again instead."""
     for spec in specs:
         cancel_autovacuum(conn, spec.table_schema, naming.chunk_table_name(spec))
-    conn.execute(
-        "SELECT pg_catalog.set_config('lock_timeout', %s, true)", (defaults.CHUNK_LOCK_TIMEOUT,)
-    )
+    _lock_timeout(conn, defaults.CHUNK_LOCK_TIMEOUT)
     for spec in specs:
         conn.execute(
             sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(naming.chunk_table(spec))
         )
-    conn.execute(
-        "SELECT pg_catalog.set_config('lock_timeout', %s, true)", (defaults.DDL_LOCK_TIMEOUT,)
-    )
+    _lock_timeout(conn, defaults.DDL_LOCK_TIMEOUT)
+
+
+def _lock_timeout(conn: psycopg.Connection, value: str) -> None:
+    """For the rest of the transaction (SET LOCAL)."""
+    conn.execute("SELECT pg_catalog.set_config('lock_timeout', %s, true)", (value,))
 
 
 def drop_chunks(conn: psycopg.Connection, spec: ModelSpec) -> None:

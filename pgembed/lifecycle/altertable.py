@@ -57,14 +57,13 @@ def alter_table(
         every = registry.all_models(conn)
         return [s for s in every if (s.table_schema, s.table_name) == (schema, name)]
 
-    if not watching():
-        raise UsageError(
-            f"no model watches table {schema}.{name}: run the statement yourself (`pgembed model "
-            "list` shows the tables pgembed watches)"
-        )
-
     def work() -> Altered:
         specs = watching()
+        if not specs:
+            raise UsageError(
+                f"no model watches table {schema}.{name}: run the statement yourself (`pgembed "
+                "model list` shows the tables pgembed watches)"
+            )
         # The fingerprints first, before any lock that stops the daemons or the application (a
         # read of every row: some 6 s at a million). The triggers are still there while they are
         # taken: a row changed meanwhile is queued by its trigger, and found changed below too.
@@ -124,7 +123,7 @@ def alter_table(
             chunks = spec in chunked
             with store.rows_unfiltered(conn):
                 if chunks:
-                    _chunks_follow_keys(conn, new, retype=new.key_type != spec.key_type)
+                    _chunks_follow_keys(conn, spec, new)
                 requeued[spec.name] = _requeue_changed(conn, new, chunks=chunks)
             if chunks:
                 ddl.follow_row_security(conn, new)
@@ -202,20 +201,20 @@ def _prints(conn: psycopg.Connection, spec: ModelSpec) -> sql.Composable:
     )
 
 
-def _chunks_follow_keys(conn: psycopg.Connection, spec: ModelSpec, *, retype: bool) -> None:
+def _chunks_follow_keys(conn: psycopg.Connection, old: ModelSpec, new: ModelSpec) -> None:
     """A chunked model's chunks: those of keys no row has now (deleted, rekeyed, or written
     otherwise by a new key type) go, as the delete trigger does; with a new key type the rest
     take it. Each kept chunk's key is then some row's key as text, so it reads back as exactly
     that row's key: a chunk never moves to another row, and the cast cannot fail."""
-    key, chunks = sql.Identifier(spec.key_column), naming.chunk_table(spec)
+    key, chunks = sql.Identifier(new.key_column), naming.chunk_table(new)
     conn.execute(
         sql.SQL(
             "DELETE FROM {chunks} c WHERE NOT EXISTS (SELECT FROM {table} t "
             "WHERE t.{key}::pg_catalog.text OPERATOR(pg_catalog.=) c.key::pg_catalog.text)"
-        ).format(chunks=chunks, table=naming.table(spec), key=key)
+        ).format(chunks=chunks, table=naming.table(new), key=key)
     )
-    if retype:
-        _retype_chunk_keys(conn, spec)
+    if new.key_type != old.key_type:
+        _retype_chunk_keys(conn, new)
 
 
 def _retype_chunk_keys(conn: psycopg.Connection, spec: ModelSpec) -> None:

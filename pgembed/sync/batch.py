@@ -186,10 +186,11 @@ def write_back(
             BUSY_ROW_MAX_PAUSE_SECONDS,
             db.first_line(exc),
         )
-        return BatchResult(
-            len(claimed.claims) + claimed.unreadable,
+        return _result(
+            claimed,
+            len(claimed.claims),
             done.written,
-            len(rows.failed) + claimed.unreadable,
+            len(rows.failed),
             postponed=done.postponed + postponed,
             postponed_keys=frozenset(done.postponed_keys | {c.key for c in left}),
         )
@@ -228,25 +229,41 @@ def _write_back(
         per_row = (time.monotonic() - started) / len(part)
         size = max(MIN_SLICE_ROWS, int(WRITE_SLICE_SECONDS / max(per_row, 1e-6)))
     _record_failures(conn, spec, config, {c.key: c for c in claims}, result)
-    # The keys _read could not read failed too (their attempt is already recorded).
-    count, failed = len(claims) + claimed.unreadable, len(result.failed) + claimed.unreadable
+    figures = _result(
+        claimed,
+        len(claims),
+        done.written,
+        len(result.failed),
+        postponed=done.postponed,
+        postponed_keys=frozenset(done.postponed_keys),
+    )
     log.info(
         "model=%s rows=%d written=%d failed=%d held=%d reused=%d seconds=%.2f rows_per_second=%.1f",
         spec.name,
-        count,
+        figures.claimed,
         done.written,
-        failed,
+        figures.failed,
         done.held,
         result.reused,
         seconds,
-        count / max(seconds, 1e-9),
+        figures.claimed / max(seconds, 1e-9),
     )
+    return figures
+
+
+def _result(
+    claimed: Claimed,
+    settled: int,
+    written: int,
+    failed: int,
+    postponed: int = 0,
+    postponed_keys: frozenset[str] = frozenset(),
+) -> BatchResult:
+    """A batch's figures, the keys _read could not read counted as claimed and failed (their
+    attempt is recorded there)."""
+    unreadable = claimed.unreadable
     return BatchResult(
-        count,
-        done.written,
-        failed,
-        postponed=done.postponed,
-        postponed_keys=frozenset(done.postponed_keys),
+        settled + unreadable, written, failed + unreadable, postponed, postponed_keys
     )
 
 
@@ -324,13 +341,10 @@ def _write_slice(
         if owner is not None:
             store.clean_session(conn)
     if changed:
-        unreadable = claimed.unreadable  # failed at the read (_read), counted here once
-        earlier = BatchResult(
-            len(done.settled) + unreadable, done.written, unreadable, done.postponed
-        )
+        earlier = _result(claimed, len(done.settled), done.written, 0, done.postponed)
         raise ModelChanged(
             "changed since this worker read the catalog: batch given back",
-            earlier if done.settled or unreadable else None,
+            earlier if earlier.claimed else None,
         )
     done.written += len(written)
     done.postponed += postponed

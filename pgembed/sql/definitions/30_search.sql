@@ -971,7 +971,6 @@ DECLARE
     m pgembed.models;
     branches text := '';
     nearest text;
-    first text;
     exact text;
     vector_type text;
     distance text;
@@ -1000,18 +999,9 @@ BEGIN
             model, query, k, NULL, NULL, pgembed._settings_v1(model));$chunked$, m.name);
             CONTINUE;
         END IF;
-        -- The statement for one LIMIT constant (validated identifiers cannot contain '<').
+        -- The statement for one LIMIT constant (validated identifiers cannot contain '<'): the
+        -- walk's first k rows, nearest first, into keys and similarities.
         nearest := format($nearest$
-            RETURN QUERY SELECT hits.key, hits.similarity FROM (
-                SELECT t.%1$I::text AS key, 1 - (t.%2$I %5$s query) AS similarity
-                FROM %3$I.%4$I t
-                WHERE t.%2$I IS NOT NULL
-                ORDER BY t.%2$I %5$s query
-                LIMIT <limit>) hits
-            LIMIT k;$nearest$,
-            m.key_column, m.embedding_column, m.table_schema, m.table_name, distance);
-        -- The same walk, its k rows kept to be returned only if there are k of them.
-        first := format($first$
             SELECT array_agg(hits.key ORDER BY hits.distance),
                    array_agg(1 - hits.distance ORDER BY hits.distance)
             INTO keys, similarities FROM (
@@ -1021,7 +1011,7 @@ BEGIN
                     WHERE t.%2$I IS NOT NULL
                     ORDER BY t.%2$I %5$s query
                     LIMIT <limit>) walked
-                LIMIT k) hits;$first$,
+                LIMIT k) hits;$nearest$,
             m.key_column, m.embedding_column, m.table_schema, m.table_name, distance);
         -- OFFSET 0 keeps the subquery apart, so its rows cannot come in the index's order:
         -- every row is read once, its distance computed once, and the k nearest kept.
@@ -1075,20 +1065,19 @@ BEGIN
         -- sorting the table would win); the outer LIMIT stops the scan after k rows.
         IF current_setting('hnsw.ef_search')::integer >= k AND NOT row_security_active(%7$L) THEN
             done := set_config('hnsw.iterative_scan', 'off', true);
-            IF k <= 10 THEN%10$s
-            ELSE%11$s
+            IF k <= 10 THEN%4$s
+            ELSE%5$s
             END IF;
         END IF;
-        IF cardinality(keys) >= k THEN
-            RETURN QUERY SELECT u.key, u.similarity
-                FROM unnest(keys, similarities) WITH ORDINALITY AS u(key, similarity, n)
-                ORDER BY u.n;
-        ELSE
+        IF coalesce(cardinality(keys), 0) < k THEN
             done := set_config('hnsw.iterative_scan', 'strict_order', true);
             IF k <= 10 THEN%4$s
             ELSE%5$s
             END IF;
         END IF;
+        RETURN QUERY SELECT u.key, u.similarity
+            FROM unnest(keys, similarities) WITH ORDINALITY AS u(key, similarity, n)
+            ORDER BY u.n;
         -- A SET clause restores only the settings it names: put back the caller's (an error
         -- needs nothing, the rollback does it).
         done := set_config('hnsw.iterative_scan', scan, true);
@@ -1105,8 +1094,7 @@ BEGIN
                                       m.hnsw_ef_construction) END,
                      'NULL'),
             replace(nearest, '<limit>', '10'), replace(nearest, '<limit>', '100'), dims,
-            format('%I.%I', m.table_schema, m.table_name), exact, norm,
-            replace(first, '<limit>', '10'), replace(first, '<limit>', '100'));
+            format('%I.%I', m.table_schema, m.table_name), exact, norm);
     END LOOP;
     IF branches = '' THEN  -- PL/pgSQL's CASE needs a WHEN
         branches := E'\n    WHEN NULL THEN NULL;';

@@ -100,30 +100,35 @@ BEGIN
                 LIMIT k) hits;
             END IF;
         END IF;
-        IF cardinality(keys) >= k THEN
-            RETURN QUERY SELECT u.key, u.similarity
-                FROM unnest(keys, similarities) WITH ORDINALITY AS u(key, similarity, n)
-                ORDER BY u.n;
-        ELSE
+        IF coalesce(cardinality(keys), 0) < k THEN
             done := set_config('hnsw.iterative_scan', 'strict_order', true);
             IF k <= 10 THEN
-            RETURN QUERY SELECT hits.key, hits.similarity FROM (
-                SELECT t.id::text AS key, 1 - (t.embedding_sample OPERATOR(public.<=>) query) AS similarity
-                FROM public.docs t
-                WHERE t.embedding_sample IS NOT NULL
-                ORDER BY t.embedding_sample OPERATOR(public.<=>) query
-                LIMIT 10) hits
-            LIMIT k;
+            SELECT array_agg(hits.key ORDER BY hits.distance),
+                   array_agg(1 - hits.distance ORDER BY hits.distance)
+            INTO keys, similarities FROM (
+                SELECT walked.* FROM (
+                    SELECT t.id::text AS key, t.embedding_sample OPERATOR(public.<=>) query AS distance
+                    FROM public.docs t
+                    WHERE t.embedding_sample IS NOT NULL
+                    ORDER BY t.embedding_sample OPERATOR(public.<=>) query
+                    LIMIT 10) walked
+                LIMIT k) hits;
             ELSE
-            RETURN QUERY SELECT hits.key, hits.similarity FROM (
-                SELECT t.id::text AS key, 1 - (t.embedding_sample OPERATOR(public.<=>) query) AS similarity
-                FROM public.docs t
-                WHERE t.embedding_sample IS NOT NULL
-                ORDER BY t.embedding_sample OPERATOR(public.<=>) query
-                LIMIT 100) hits
-            LIMIT k;
+            SELECT array_agg(hits.key ORDER BY hits.distance),
+                   array_agg(1 - hits.distance ORDER BY hits.distance)
+            INTO keys, similarities FROM (
+                SELECT walked.* FROM (
+                    SELECT t.id::text AS key, t.embedding_sample OPERATOR(public.<=>) query AS distance
+                    FROM public.docs t
+                    WHERE t.embedding_sample IS NOT NULL
+                    ORDER BY t.embedding_sample OPERATOR(public.<=>) query
+                    LIMIT 100) walked
+                LIMIT k) hits;
             END IF;
         END IF;
+        RETURN QUERY SELECT u.key, u.similarity
+            FROM unnest(keys, similarities) WITH ORDINALITY AS u(key, similarity, n)
+            ORDER BY u.n;
         -- A SET clause restores only the settings it names: put back the caller's (an error
         -- needs nothing, the rollback does it).
         done := set_config('hnsw.iterative_scan', scan, true);
