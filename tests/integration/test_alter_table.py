@@ -36,6 +36,15 @@ def triggers(conn: psycopg.Connection) -> list[str]:
     return [name for (name,) in rows]
 
 
+# A chunk table's row security, its policy's expression and its key's type.
+_CHUNK_POLICY = (
+    "SELECT c.relrowsecurity, pg_get_expr(p.polqual, p.polrelid), "
+    "format_type(a.atttypid, a.atttypmod) FROM pg_class c JOIN pg_policy p "
+    "ON p.polrelid = c.oid JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'key' "
+    "WHERE c.oid = '{}'::regclass"
+)
+
+
 def test_a_watched_columns_type_changes_and_the_vectors_stay(
     spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
 ) -> None:
@@ -195,12 +204,7 @@ def test_a_chunked_models_text_column_changes_type_with_its_chunks_kept(
     assert reviews.execute(chunks, prepare=False).fetchall() == before
     # The key's type changes too (PostgreSQL alone refused it: the chunk table's row policy
     # names the key column): the chunks take the new key type and stay, the policy is made again.
-    policy = (
-        "SELECT c.relrowsecurity, pg_get_expr(p.polqual, p.polrelid), "
-        "format_type(a.atttypid, a.atttypmod) FROM pg_class c JOIN pg_policy p "
-        "ON p.polrelid = c.oid JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'key' "
-        "WHERE c.oid = 'pgembed_minilm_chunks'::regclass"
-    )
+    policy = _CHUNK_POLICY.format("pgembed_minilm_chunks")
     (enabled, qual, key_type), *others = reviews.execute(policy, prepare=False).fetchall()
     assert enabled and not others and key_type == "integer"
     result = cli(
@@ -268,6 +272,45 @@ def test_a_chunked_models_text_column_changes_type_with_its_chunks_kept(
     assert {key for key, *_ in reviews.execute(chunks, prepare=False).fetchall()} == {100}
     assert reviews.execute(policy, prepare=False).fetchall() == [(True, qual, "integer")]
     assert_every_vector_matches_its_text(reviews)
+
+
+def test_a_reindex_shadows_chunks_take_the_new_key_type_too(
+    reviews: psycopg.Connection, db_url: str
+) -> None:
+    long = " ".join(f"Sentence {i} of a long review about a phone that breaks." for i in range(60))
+    reviews.execute("UPDATE reviews SET body = %s WHERE id = 1", (long,))
+    request = models.AddRequest("minilm", "reviews", "body", precision="fp32", long_texts="chunk")
+    models.add(reviews, request)
+    synced(db_url)
+    alter = ("model", "alter", "minilm", "--pooling", "cls", "--no-wait")
+    assert cli("--database-url", db_url, *alter).exit_code == 0
+    synced(db_url)  # the shadow's vectors and chunks
+    (shadow,) = [s for s in registry.all_models(reviews) if s.name != "minilm"]
+    live, next_ = "pgembed_minilm_chunks", naming.chunk_table_name(shadow)
+
+    def chunks(table: str) -> list[tuple[object, ...]]:
+        query = f"SELECT key, chunk, embedding::text FROM {table} ORDER BY 1, 2"
+        return reviews.execute(query, prepare=False).fetchall()
+
+    before = {table: chunks(table) for table in (live, next_)}
+    assert before[live] and before[next_] and before[live] != before[next_]
+    statement = "ALTER TABLE reviews ALTER COLUMN id TYPE bigint"
+    result = cli("--database-url", db_url, "alter-table", "reviews", statement)
+    assert result.exit_code == 0, result.output
+    assert {s.name: s.key_type for s in registry.all_models(reviews)} == {
+        "minilm": "bigint",
+        shadow.name: "bigint",
+    }
+    for table in (live, next_):
+        assert chunks(table) == before[table]
+        (policy,) = reviews.execute(_CHUNK_POLICY.format(table), prepare=False).fetchall()
+        assert policy[0] and policy[2] == "bigint"
+    # The reindex ends on the shadow's chunks, which its triggers still clean up.
+    result = cli("--database-url", db_url, "reindex", "minilm")
+    assert result.exit_code == 0, result.output
+    assert chunks(live) == before[next_]
+    reviews.execute("DELETE FROM reviews WHERE id = 1")
+    assert chunks(live) == []
 
 
 def test_a_batch_embedded_before_the_statement_is_written_after_it(

@@ -250,9 +250,38 @@ def test_each_role_works_with_only_its_grants(
                 conn.execute(statement)
     # status: the daemon's role (the queues hold every table's keys).
     assert pgembed.status(database_url=as_role(empty_db_url, daemon))[0]["queued"] == 0
+    # alter-table: a member of the owner that inherits its privileges may change the key's type
+    # (the chunk table's too, as schema pgembed's owner); the writer may not, and says so.
+    statement = "ALTER TABLE reviews ALTER COLUMN id TYPE bigint"
+    result = cli(
+        "--database-url", as_role(empty_db_url, writer), "alter-table", "reviews", statement
+    )
+    assert result.exit_code != 0, result.output
+    assert result.output.strip().splitlines() == [
+        "pgembed: error: database error: permission denied for table migrations (the README's "
+        '"Roles" says which role runs each command and what it needs)'
+    ]
+    deployer = new_role("deployer", f"IN ROLE {owner}")
+    with db.connection(owner_url) as conn:
+        kept = conn.execute("SELECT key, chunk, embedding FROM pgembed_minilm_chunks ORDER BY 1, 2")
+        before = kept.fetchall()
+    assert before
+    deploy_url = as_role(empty_db_url, deployer)
+    result = cli("--database-url", deploy_url, "alter-table", "reviews", statement)
+    assert result.exit_code == 0, result.output
+    with db.connection(owner_url) as conn:
+        assert registry.get(conn, "minilm").key_type == "bigint"
+        kept = conn.execute("SELECT key, chunk, embedding FROM pgembed_minilm_chunks ORDER BY 1, 2")
+        assert kept.fetchall() == before
+    with db.connection(as_role(empty_db_url, writer)) as conn:
+        conn.execute("INSERT INTO reviews VALUES (5000000000, %s, 4)", (LONG_REVIEW[1],))
+    assert pgembed.sync_once(database_url=as_role(empty_db_url, daemon)).written == 1
+    with pgembed.Client(reader_url) as client:
+        hits = client.search("minilm", "a long review on its battery", k=10)
+    assert {100, 5000000000} <= {hit.key for hit in hits}
     # The writer's DELETE takes the chunks along (the capture function runs as the owner).
     with db.connection(as_role(empty_db_url, writer)) as conn:
-        conn.execute("DELETE FROM reviews WHERE id = %s", (LONG_REVIEW[0],))
+        conn.execute("DELETE FROM reviews WHERE id IN (%s, 5000000000)", (LONG_REVIEW[0],))
     with db.connection(owner_url) as conn:
         assert chunks(conn) == 0
     # A model removed: the daemon keeps no privilege on its table.
