@@ -36,6 +36,19 @@ def triggers(conn: psycopg.Connection) -> list[str]:
     return [name for (name,) in rows]
 
 
+# A review longer than MiniLM's window (~700 word pieces): a chunked model keeps its windows.
+LONG = " ".join(f"Sentence {i} of a long review about a phone that breaks." for i in range(60))
+
+
+def chunked_model(conn: psycopg.Connection, db_url: str) -> str:
+    """Model minilm chunking long texts, synced, with review 1 long: its text."""
+    conn.execute("UPDATE reviews SET body = %s WHERE id = 1", (LONG,))
+    request = models.AddRequest("minilm", "reviews", "body", precision="fp32", long_texts="chunk")
+    models.add(conn, request)
+    synced(db_url)
+    return LONG
+
+
 # A chunk table's row security, its policy's expression and its key's type.
 _CHUNK_POLICY = (
     "SELECT c.relrowsecurity, pg_get_expr(p.polqual, p.polrelid), "
@@ -184,11 +197,7 @@ def test_a_table_no_model_watches_is_refused(reviews: psycopg.Connection, db_url
 def test_a_chunked_models_text_column_changes_type_with_its_chunks_kept(
     reviews: psycopg.Connection, db_url: str
 ) -> None:
-    long = " ".join(f"Sentence {i} of a long review about a phone that breaks." for i in range(60))
-    reviews.execute("UPDATE reviews SET body = %s WHERE id = 1", (long,))
-    request = models.AddRequest("minilm", "reviews", "body", precision="fp32", long_texts="chunk")
-    models.add(reviews, request)
-    synced(db_url)
+    long = chunked_model(reviews, db_url)
     # Not prepared: the key column's type changes under the statement.
     chunks = "SELECT key, chunk, embedding::text FROM pgembed_minilm_chunks ORDER BY 1, 2"
     before = reviews.execute(chunks, prepare=False).fetchall()
@@ -277,11 +286,7 @@ def test_a_chunked_models_text_column_changes_type_with_its_chunks_kept(
 def test_a_reindex_shadows_chunks_take_the_new_key_type_too(
     reviews: psycopg.Connection, db_url: str
 ) -> None:
-    long = " ".join(f"Sentence {i} of a long review about a phone that breaks." for i in range(60))
-    reviews.execute("UPDATE reviews SET body = %s WHERE id = 1", (long,))
-    request = models.AddRequest("minilm", "reviews", "body", precision="fp32", long_texts="chunk")
-    models.add(reviews, request)
-    synced(db_url)
+    chunked_model(reviews, db_url)
     alter = ("model", "alter", "minilm", "--pooling", "cls", "--no-wait")
     assert cli("--database-url", db_url, *alter).exit_code == 0
     synced(db_url)  # the shadow's vectors and chunks
