@@ -299,6 +299,43 @@ def test_a_tenant_that_sees_few_rows_gets_k_of_them_best_first(
     assert len(found) == 10 and recall([key for key, _ in found], best) >= 0.9
 
 
+def test_a_walk_that_stops_short_without_a_filter_is_made_up_by_an_exact_scan(
+    real: psycopg.Connection, real_url: str, queries: list[Vector]
+) -> None:
+    """Without a filter too, a search the index cannot fill gives k rows whenever k rows may be
+    read: the strict scan stops at hnsw.max_scan_tuples (20,000 by default, 1 here with a narrow
+    walk, so that 2,500 rows are enough), which it reaches before k rows when k is large or when
+    row-level security hides most rows (a tenant who sees 1 % of them, by a policy no B-tree
+    index serves). The rows are read exactly instead, on the generated path (k <= 100), the
+    dynamic one (k > 100) and `similar`."""
+    q, tenant_rows = queries[0], "mod(id, 100) = 7"
+    with real.transaction(force_rollback=True):
+        real.execute("SET LOCAL hnsw.max_scan_tuples = 1")
+        real.execute("SET LOCAL pgembed.ef_search = 20")
+        assert [key for key, _ in search(real, q, None, k=1000)] == exact(real, q, k=1000)
+    roles.create(real)
+    with role_maker(real_url) as make, real.transaction(force_rollback=True):
+        tenant = make("tenant", f"IN ROLE {roles.READER}")
+        real.execute(sql.SQL("GRANT SELECT ON reviews TO {}").format(sql.Identifier(tenant)))
+        real.execute("ALTER TABLE reviews ENABLE ROW LEVEL SECURITY")
+        real.execute(f"CREATE POLICY few ON reviews USING ({tenant_rows})")
+        real.execute("SET LOCAL hnsw.max_scan_tuples = 1")
+        real.execute("SET LOCAL pgembed.ef_search = 20")
+        real.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(tenant)))
+        found = {k: search(real, q, None, k=k) for k in (20, 1000)}
+        first = found[20][0][0]
+        similar = real.execute(
+            "SELECT key::integer FROM pgembed.similar('minilm', %s, 20)", (str(first),)
+        ).fetchall()
+        real.execute("RESET ROLE")
+    for k, hits in found.items():
+        assert [key for key, _ in hits] == exact(real, q, tenant_rows, k=k), k
+    assert len(found[1000]) == 25
+    (own,) = real.execute("SELECT embedding_minilm FROM reviews WHERE id = %s", (first,))
+    nearest = exact(real, own[0], tenant_rows, k=21)
+    assert [key for (key,) in similar] == [key for key in nearest if key != first]
+
+
 # --- 4. plain SQL: docs/search.md's recipe ------------------------------------------------------
 
 

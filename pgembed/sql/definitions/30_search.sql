@@ -758,12 +758,14 @@ $fn$;
 -- values $4 -> <slot>, `$3` a key to leave out), nearest first: keys and distances. By the index
 -- when `effort` > 0 (the caller has set hnsw.ef_search): a chunked model's chunks are read deeper
 -- until no unread one could change the rows (usually at once; 4^6 times lim chunks at most). By an
--- exact scan when the rows are few (effort 0), or when a filtered walk gave fewer than `lim` rows
--- while the filter's estimate promised more (stale statistics, or hnsw.max_scan_tuples reached):
--- `lim` rows whenever `lim` rows match. Every read sorts by `distance + 0`: the planner takes an
--- index scan's rows for sorted by distance and would skip a sort by `distance` itself
--- (PostgreSQL 16's presorted aggregates), but a relaxed-order iterative scan (with a filter)
--- returns near-ties out of order.
+-- exact scan when the rows are few (effort 0), or when the walk gave fewer than `lim` rows (a
+-- filter's stale statistics, hnsw.max_scan_tuples reached, row-level security that hides most
+-- rows, fewer than `lim` rows with a vector): `lim` rows whenever `lim` rows match. Without a
+-- filter the walk takes the index whatever the planner's cost of a scan (sequential scans off,
+-- see _exact_v1); the exact scan is planned as the planner likes. Every read sorts by
+-- `distance + 0`: the planner takes an index scan's rows for sorted by distance and would skip
+-- a sort by `distance` itself (PostgreSQL 16's presorted aggregates), but a relaxed-order
+-- iterative scan (with a filter) returns near-ties out of order.
 CREATE OR REPLACE FUNCTION pgembed._ranking_v1(
     m pgembed.models, conditions text, filtered boolean, effort integer, query vector, lim bigint,
     exclude_key text, args jsonb, OUT keys text[], OUT distances double precision[]
@@ -774,8 +776,12 @@ DECLARE
                                     array_agg(s.distance ORDER BY s.distance + 0, s.key)';
     depth integer := 4;
     settled boolean;
+    seq text := current_setting('enable_seqscan');
 BEGIN
     IF effort > 0 THEN
+        IF NOT filtered THEN
+            PERFORM set_config('enable_seqscan', 'off', true);
+        END IF;
         LOOP
             EXECUTE format('%s, bool_and(s.settled) FROM (%s) s', ranked,
                            pgembed._semantic_v1(m, conditions, '$2', depth))
@@ -783,8 +789,9 @@ BEGIN
             EXIT WHEN settled IS NOT FALSE OR depth >= 4096;
             depth := depth * 4;
         END LOOP;
+        PERFORM set_config('enable_seqscan', seq, true);
     END IF;
-    IF effort = 0 OR (filtered AND coalesce(cardinality(keys), 0) < lim) THEN
+    IF effort = 0 OR coalesce(cardinality(keys), 0) < lim THEN
         EXECUTE format('%s FROM (%s) s', ranked, pgembed._scan_v1(m, conditions, '$2'))
             INTO keys, distances USING query, lim, exclude_key, args;
     END IF;
@@ -807,7 +814,6 @@ DECLARE
     f record;
     not_self text := '';
     effort integer;
-    caller text;
     ranking record;
 BEGIN
     PERFORM pgembed._check_query_v1(m, query, k);
@@ -821,12 +827,6 @@ BEGIN
     effort := pgembed._path_v1(m, filter, k, settings);
     IF effort > 0 THEN
         PERFORM set_config('hnsw.ef_search', effort::text, true);
-        -- Without a filter, the index whatever the planner's cost of a scan (sequential scans
-        -- off, see _exact_v1); with one, it weighs the index against the rows the filter leaves.
-        IF f.clause = '' THEN
-            caller := current_setting('enable_seqscan');
-            PERFORM set_config('enable_seqscan', 'off', true);
-        END IF;
     END IF;
     SELECT * INTO ranking FROM pgembed._ranking_v1(
         m, not_self || f.clause, f.clause <> '', effort, query, k, exclude_key, f.args);
@@ -834,9 +834,6 @@ BEGIN
     RETURN QUERY SELECT u.key, 1 - u.distance
         FROM unnest(ranking.keys, ranking.distances) WITH ORDINALITY AS u(key, distance, n)
         ORDER BY u.n;
-    IF caller IS NOT NULL THEN  -- no SET clause names it: put back the caller's value
-        PERFORM set_config('enable_seqscan', caller, true);
-    END IF;
 END
 $fn$;
 
@@ -946,16 +943,16 @@ COMMENT ON FUNCTION pgembed.hybrid_search(text, vector, text, integer, jsonb) IS
 --
 -- The template is the compiler's three format() strings, from the inside out:
 --   $nearest$  one model's query.      %1$I key column, %2$I embedding column, %3$I.%4$I table,
---              %5$s pgvector's <=> by its schema; <limit> becomes 10 (k <= 10) or 100
---              (10 < k <= 100): a constant the generic plan is costed for, as the raw
---              statement is.
---   $exact$    the same rows by an exact scan (same placeholders), for a tiny table.
+--              %5$s pgvector's <=> by its schema; <inner> and <outer> make it the index
+--              walk (<inner> `ORDER BY ... <=> query LIMIT 10` for k <= 10, or 100 for
+--              10 < k <= 100: a constant the generic plan is costed for, as the raw statement
+--              is) or the exact scan (<inner> `OFFSET 0`, <outer> `ORDER BY distance`).
 --   $branch$   one model's WHEN arm.   %1$L model name, %2$s dimensions, %3$s its ef_search
 --              (models.ef_search, else _graph_ef_v1's call for a graph built sparser, else
---              NULL), %4$s/%5$s $nearest$ with LIMIT 10/100,
+--              NULL), %4$s/%5$s $nearest$'s walk with LIMIT 10/100,
 --              %6$s pgvector's vector_dims by its schema, %7$L the table (for _index_effort_v1),
---              %8$s $exact$, %9$s pgvector's vector_norm by its schema (a zero query: the
---              dynamic path's error).
+--              %8$s $nearest$'s exact scan, %9$s pgvector's vector_norm by its schema (a zero
+--              query: the dynamic path's error).
 --   $body$     the function body.      %s: every model's $branch$, in name order (or a
 --              `WHEN NULL THEN NULL;` when there is no model).
 -- The outer format() adds the signature (%s: the vector type, schema-qualified), the settings
@@ -971,7 +968,7 @@ DECLARE
     m pgembed.models;
     branches text := '';
     nearest text;
-    exact text;
+    walk text;
     vector_type text;
     distance text;
     dims text;
@@ -999,31 +996,24 @@ BEGIN
             model, query, k, NULL, NULL, pgembed._settings_v1(model));$chunked$, m.name);
             CONTINUE;
         END IF;
-        -- The statement for one LIMIT constant (validated identifiers cannot contain '<'): the
-        -- walk's first k rows, nearest first, into keys and similarities.
+        -- The first k rows, nearest first, into keys and similarities (validated identifiers
+        -- cannot contain '<'): of the index walk, or of the exact scan, where OFFSET 0 keeps
+        -- the subquery apart, so its rows cannot come in the index's order: every row is read
+        -- once, its distance computed once, and the k nearest kept.
         nearest := format($nearest$
             SELECT array_agg(hits.key ORDER BY hits.distance),
                    array_agg(1 - hits.distance ORDER BY hits.distance)
             INTO keys, similarities FROM (
-                SELECT walked.* FROM (
+                SELECT found.* FROM (
                     SELECT t.%1$I::text AS key, t.%2$I %5$s query AS distance
                     FROM %3$I.%4$I t
                     WHERE t.%2$I IS NOT NULL
-                    ORDER BY t.%2$I %5$s query
-                    LIMIT <limit>) walked
-                LIMIT k) hits;$nearest$,
+                    <inner>) found
+                <outer>LIMIT k) hits;$nearest$,
             m.key_column, m.embedding_column, m.table_schema, m.table_name, distance);
-        -- OFFSET 0 keeps the subquery apart, so its rows cannot come in the index's order:
-        -- every row is read once, its distance computed once, and the k nearest kept.
-        exact := format($exact$
-            RETURN QUERY SELECT hits.key, 1 - hits.distance FROM (
-                SELECT t.%1$I::text AS key, t.%2$I %5$s query AS distance
-                FROM %3$I.%4$I t
-                WHERE t.%2$I IS NOT NULL
-                OFFSET 0) hits
-            ORDER BY hits.distance
-            LIMIT k;$exact$,
-            m.key_column, m.embedding_column, m.table_schema, m.table_name, distance);
+        walk := replace(replace(nearest, '<outer>', ''), '<inner>',
+                        format('ORDER BY t.%I %s query%sLIMIT <limit>', m.embedding_column,
+                               distance, E'\n                    '));
         branches := branches || format($branch$
     WHEN %1$L THEN
         IF %6$s(query) <> %2$s OR k > 100 OR %9$s(query) = 0 THEN  -- the dynamic path, or its error
@@ -1031,60 +1021,69 @@ BEGIN
                 model, query, k, NULL, NULL, pgembed._settings_v1(model));
             RETURN;
         END IF;
-        -- A tiny table is read whole: faster there than its index, and exact (effort 0). Else
-        -- the index, with the model's ef_search or one grown with the table (_index_effort_v1).
+        -- A tiny table is read whole (below): faster there than its index, and exact (effort
+        -- 0). Else the index, with the model's ef_search or one grown with the table
+        -- (_index_effort_v1).
         effort := pgembed._index_effort_v1(%7$L, k, %3$s);
-        IF effort = 0 THEN%8$s
-            RETURN;
-        END IF;
-        -- ef_search: pgembed.ef_search, else the caller's own value, else that effort. Changed
-        -- (and put back) only when it differs from the value in force.
-        -- Assignments, not PERFORM: PL/pgSQL evaluates a lone expression without the executor.
-        IF nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL THEN
-            ef := current_setting('hnsw.ef_search');
-            done := set_config('hnsw.ef_search', current_setting('pgembed.ef_search'), true);
-        ELSIF current_setting('hnsw.ef_search') <> effort::text
-              AND NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
-            ef := current_setting('hnsw.ef_search');
-            done := set_config('hnsw.ef_search', effort::text, true);
-        END IF;
-        -- First one walk of ef_search (no iterative scan), which returns its rows nearest
-        -- first; a strict-order iterative scan only when it found fewer than k rows (dead tuples
-        -- or row-level security hid some of them): its first walk is the same, and it goes on
-        -- until k rows. Iterating from the start cost 5-11 %% more (docs/decisions.md). An
-        -- ef_search below k cannot give k rows in one walk, and under row-level security the
-        -- walk may often come short (a tenant's few rows): then the strict scan alone.
-        scan := current_setting('hnsw.iterative_scan');
-        -- The index, not an exact scan: the planner's cost of one leaves out reading each vector
-        -- back from TOAST (see _exact_v1). Set before every run: a plan is made (or remade after
-        -- an ANALYZE) when the statement runs.
-        seq := current_setting('enable_seqscan');
-        done := set_config('enable_seqscan', 'off', true);
-        -- The inner LIMIT is a constant, so the one generic plan is costed for that many rows,
-        -- as the raw statement is (a LIMIT parameter would be costed as 10 %% of the table, and
-        -- sorting the table would win); the outer LIMIT stops the scan after k rows.
-        IF current_setting('hnsw.ef_search')::integer >= k AND NOT row_security_active(%7$L) THEN
-            done := set_config('hnsw.iterative_scan', 'off', true);
-            IF k <= 10 THEN%4$s
-            ELSE%5$s
+        IF effort > 0 THEN
+            -- ef_search: pgembed.ef_search, else the caller's own value, else that effort.
+            -- Changed (and put back) only when it differs from the value in force.
+            -- Assignments, not PERFORM: PL/pgSQL evaluates a lone expression without the
+            -- executor.
+            IF nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL THEN
+                ef := current_setting('hnsw.ef_search');
+                done := set_config('hnsw.ef_search', current_setting('pgembed.ef_search'), true);
+            ELSIF current_setting('hnsw.ef_search') <> effort::text
+                  AND NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
+                ef := current_setting('hnsw.ef_search');
+                done := set_config('hnsw.ef_search', effort::text, true);
+            END IF;
+            -- First one walk of ef_search (no iterative scan), which returns its rows nearest
+            -- first; a strict-order iterative scan only when it found fewer than k rows (dead
+            -- tuples or row-level security hid some of them): its first walk is the same, and
+            -- it goes on until k rows. Iterating from the start cost 5-11 %% more
+            -- (docs/decisions.md). An ef_search below k cannot give k rows in one walk, and
+            -- under row-level security the walk may often come short (a tenant's few rows):
+            -- then the strict scan alone.
+            scan := current_setting('hnsw.iterative_scan');
+            -- The index, not an exact scan: the planner's cost of one leaves out reading each
+            -- vector back from TOAST (see _exact_v1). Set before every run: a plan is made (or
+            -- remade after an ANALYZE) when the statement runs.
+            seq := current_setting('enable_seqscan');
+            done := set_config('enable_seqscan', 'off', true);
+            -- The inner LIMIT is a constant, so the one generic plan is costed for that many
+            -- rows, as the raw statement is (a LIMIT parameter would be costed as 10 %% of the
+            -- table, and sorting the table would win); the outer LIMIT stops the scan after k
+            -- rows.
+            IF current_setting('hnsw.ef_search')::integer >= k
+               AND NOT row_security_active(%7$L) THEN
+                done := set_config('hnsw.iterative_scan', 'off', true);
+                IF k <= 10 THEN%4$s
+                ELSE%5$s
+                END IF;
+            END IF;
+            IF coalesce(cardinality(keys), 0) < k THEN
+                done := set_config('hnsw.iterative_scan', 'strict_order', true);
+                IF k <= 10 THEN%4$s
+                ELSE%5$s
+                END IF;
+            END IF;
+            -- A SET clause restores only the settings it names: put back the caller's (an
+            -- error needs nothing, the rollback does it).
+            done := set_config('hnsw.iterative_scan', scan, true);
+            done := set_config('enable_seqscan', seq, true);
+            IF ef IS NOT NULL THEN
+                done := set_config('hnsw.ef_search', ef, true);
             END IF;
         END IF;
-        IF coalesce(cardinality(keys), 0) < k THEN
-            done := set_config('hnsw.iterative_scan', 'strict_order', true);
-            IF k <= 10 THEN%4$s
-            ELSE%5$s
-            END IF;
+        -- Fewer than k rows from the index (the strict scan stops at hnsw.max_scan_tuples, and
+        -- row-level security may hide most of the rows it meets), or a tiny table: the rows
+        -- read exactly, so that the search gives k rows whenever k rows have a vector.
+        IF coalesce(cardinality(keys), 0) < k THEN%8$s
         END IF;
         RETURN QUERY SELECT u.key, u.similarity
             FROM unnest(keys, similarities) WITH ORDINALITY AS u(key, similarity, n)
-            ORDER BY u.n;
-        -- A SET clause restores only the settings it names: put back the caller's (an error
-        -- needs nothing, the rollback does it).
-        done := set_config('hnsw.iterative_scan', scan, true);
-        done := set_config('enable_seqscan', seq, true);
-        IF ef IS NOT NULL THEN
-            done := set_config('hnsw.ef_search', ef, true);
-        END IF;$branch$,
+            ORDER BY u.n;$branch$,
             m.name, m.dimensions,
             -- A sparser graph's default grows faster with the table (_graph_ef_v1).
             coalesce(m.ef_search::text,
@@ -1093,8 +1092,10 @@ BEGIN
                                       format('%I.%I', m.table_schema, m.table_name),
                                       m.hnsw_ef_construction) END,
                      'NULL'),
-            replace(nearest, '<limit>', '10'), replace(nearest, '<limit>', '100'), dims,
-            format('%I.%I', m.table_schema, m.table_name), exact, norm);
+            replace(walk, '<limit>', '10'), replace(walk, '<limit>', '100'), dims,
+            format('%I.%I', m.table_schema, m.table_name),
+            replace(replace(nearest, '<inner>', 'OFFSET 0'), '<outer>', 'ORDER BY found.distance '),
+            norm);
     END LOOP;
     IF branches = '' THEN  -- PL/pgSQL's CASE needs a WHEN
         branches := E'\n    WHEN NULL THEN NULL;';

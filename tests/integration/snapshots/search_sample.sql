@@ -35,107 +35,118 @@ BEGIN
                 model, query, k, NULL, NULL, pgembed._settings_v1(model));
             RETURN;
         END IF;
-        -- A tiny table is read whole: faster there than its index, and exact (effort 0). Else
-        -- the index, with the model's ef_search or one grown with the table (_index_effort_v1).
+        -- A tiny table is read whole (below): faster there than its index, and exact (effort
+        -- 0). Else the index, with the model's ef_search or one grown with the table
+        -- (_index_effort_v1).
         effort := pgembed._index_effort_v1('public.docs', k, NULL);
-        IF effort = 0 THEN
-            RETURN QUERY SELECT hits.key, 1 - hits.distance FROM (
-                SELECT t.id::text AS key, t.embedding_sample OPERATOR(public.<=>) query AS distance
-                FROM public.docs t
-                WHERE t.embedding_sample IS NOT NULL
-                OFFSET 0) hits
-            ORDER BY hits.distance
-            LIMIT k;
-            RETURN;
-        END IF;
-        -- ef_search: pgembed.ef_search, else the caller's own value, else that effort. Changed
-        -- (and put back) only when it differs from the value in force.
-        -- Assignments, not PERFORM: PL/pgSQL evaluates a lone expression without the executor.
-        IF nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL THEN
-            ef := current_setting('hnsw.ef_search');
-            done := set_config('hnsw.ef_search', current_setting('pgembed.ef_search'), true);
-        ELSIF current_setting('hnsw.ef_search') <> effort::text
-              AND NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
-            ef := current_setting('hnsw.ef_search');
-            done := set_config('hnsw.ef_search', effort::text, true);
-        END IF;
-        -- First one walk of ef_search (no iterative scan), which returns its rows nearest
-        -- first; a strict-order iterative scan only when it found fewer than k rows (dead tuples
-        -- or row-level security hid some of them): its first walk is the same, and it goes on
-        -- until k rows. Iterating from the start cost 5-11 % more (docs/decisions.md). An
-        -- ef_search below k cannot give k rows in one walk, and under row-level security the
-        -- walk may often come short (a tenant's few rows): then the strict scan alone.
-        scan := current_setting('hnsw.iterative_scan');
-        -- The index, not an exact scan: the planner's cost of one leaves out reading each vector
-        -- back from TOAST (see _exact_v1). Set before every run: a plan is made (or remade after
-        -- an ANALYZE) when the statement runs.
-        seq := current_setting('enable_seqscan');
-        done := set_config('enable_seqscan', 'off', true);
-        -- The inner LIMIT is a constant, so the one generic plan is costed for that many rows,
-        -- as the raw statement is (a LIMIT parameter would be costed as 10 % of the table, and
-        -- sorting the table would win); the outer LIMIT stops the scan after k rows.
-        IF current_setting('hnsw.ef_search')::integer >= k AND NOT row_security_active('public.docs') THEN
-            done := set_config('hnsw.iterative_scan', 'off', true);
-            IF k <= 10 THEN
+        IF effort > 0 THEN
+            -- ef_search: pgembed.ef_search, else the caller's own value, else that effort.
+            -- Changed (and put back) only when it differs from the value in force.
+            -- Assignments, not PERFORM: PL/pgSQL evaluates a lone expression without the
+            -- executor.
+            IF nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL THEN
+                ef := current_setting('hnsw.ef_search');
+                done := set_config('hnsw.ef_search', current_setting('pgembed.ef_search'), true);
+            ELSIF current_setting('hnsw.ef_search') <> effort::text
+                  AND NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
+                ef := current_setting('hnsw.ef_search');
+                done := set_config('hnsw.ef_search', effort::text, true);
+            END IF;
+            -- First one walk of ef_search (no iterative scan), which returns its rows nearest
+            -- first; a strict-order iterative scan only when it found fewer than k rows (dead
+            -- tuples or row-level security hid some of them): its first walk is the same, and
+            -- it goes on until k rows. Iterating from the start cost 5-11 % more
+            -- (docs/decisions.md). An ef_search below k cannot give k rows in one walk, and
+            -- under row-level security the walk may often come short (a tenant's few rows):
+            -- then the strict scan alone.
+            scan := current_setting('hnsw.iterative_scan');
+            -- The index, not an exact scan: the planner's cost of one leaves out reading each
+            -- vector back from TOAST (see _exact_v1). Set before every run: a plan is made (or
+            -- remade after an ANALYZE) when the statement runs.
+            seq := current_setting('enable_seqscan');
+            done := set_config('enable_seqscan', 'off', true);
+            -- The inner LIMIT is a constant, so the one generic plan is costed for that many
+            -- rows, as the raw statement is (a LIMIT parameter would be costed as 10 % of the
+            -- table, and sorting the table would win); the outer LIMIT stops the scan after k
+            -- rows.
+            IF current_setting('hnsw.ef_search')::integer >= k
+               AND NOT row_security_active('public.docs') THEN
+                done := set_config('hnsw.iterative_scan', 'off', true);
+                IF k <= 10 THEN
             SELECT array_agg(hits.key ORDER BY hits.distance),
                    array_agg(1 - hits.distance ORDER BY hits.distance)
             INTO keys, similarities FROM (
-                SELECT walked.* FROM (
+                SELECT found.* FROM (
                     SELECT t.id::text AS key, t.embedding_sample OPERATOR(public.<=>) query AS distance
                     FROM public.docs t
                     WHERE t.embedding_sample IS NOT NULL
                     ORDER BY t.embedding_sample OPERATOR(public.<=>) query
-                    LIMIT 10) walked
+                    LIMIT 10) found
                 LIMIT k) hits;
-            ELSE
+                ELSE
             SELECT array_agg(hits.key ORDER BY hits.distance),
                    array_agg(1 - hits.distance ORDER BY hits.distance)
             INTO keys, similarities FROM (
-                SELECT walked.* FROM (
+                SELECT found.* FROM (
                     SELECT t.id::text AS key, t.embedding_sample OPERATOR(public.<=>) query AS distance
                     FROM public.docs t
                     WHERE t.embedding_sample IS NOT NULL
                     ORDER BY t.embedding_sample OPERATOR(public.<=>) query
-                    LIMIT 100) walked
+                    LIMIT 100) found
                 LIMIT k) hits;
+                END IF;
+            END IF;
+            IF coalesce(cardinality(keys), 0) < k THEN
+                done := set_config('hnsw.iterative_scan', 'strict_order', true);
+                IF k <= 10 THEN
+            SELECT array_agg(hits.key ORDER BY hits.distance),
+                   array_agg(1 - hits.distance ORDER BY hits.distance)
+            INTO keys, similarities FROM (
+                SELECT found.* FROM (
+                    SELECT t.id::text AS key, t.embedding_sample OPERATOR(public.<=>) query AS distance
+                    FROM public.docs t
+                    WHERE t.embedding_sample IS NOT NULL
+                    ORDER BY t.embedding_sample OPERATOR(public.<=>) query
+                    LIMIT 10) found
+                LIMIT k) hits;
+                ELSE
+            SELECT array_agg(hits.key ORDER BY hits.distance),
+                   array_agg(1 - hits.distance ORDER BY hits.distance)
+            INTO keys, similarities FROM (
+                SELECT found.* FROM (
+                    SELECT t.id::text AS key, t.embedding_sample OPERATOR(public.<=>) query AS distance
+                    FROM public.docs t
+                    WHERE t.embedding_sample IS NOT NULL
+                    ORDER BY t.embedding_sample OPERATOR(public.<=>) query
+                    LIMIT 100) found
+                LIMIT k) hits;
+                END IF;
+            END IF;
+            -- A SET clause restores only the settings it names: put back the caller's (an
+            -- error needs nothing, the rollback does it).
+            done := set_config('hnsw.iterative_scan', scan, true);
+            done := set_config('enable_seqscan', seq, true);
+            IF ef IS NOT NULL THEN
+                done := set_config('hnsw.ef_search', ef, true);
             END IF;
         END IF;
+        -- Fewer than k rows from the index (the strict scan stops at hnsw.max_scan_tuples, and
+        -- row-level security may hide most of the rows it meets), or a tiny table: the rows
+        -- read exactly, so that the search gives k rows whenever k rows have a vector.
         IF coalesce(cardinality(keys), 0) < k THEN
-            done := set_config('hnsw.iterative_scan', 'strict_order', true);
-            IF k <= 10 THEN
             SELECT array_agg(hits.key ORDER BY hits.distance),
                    array_agg(1 - hits.distance ORDER BY hits.distance)
             INTO keys, similarities FROM (
-                SELECT walked.* FROM (
+                SELECT found.* FROM (
                     SELECT t.id::text AS key, t.embedding_sample OPERATOR(public.<=>) query AS distance
                     FROM public.docs t
                     WHERE t.embedding_sample IS NOT NULL
-                    ORDER BY t.embedding_sample OPERATOR(public.<=>) query
-                    LIMIT 10) walked
-                LIMIT k) hits;
-            ELSE
-            SELECT array_agg(hits.key ORDER BY hits.distance),
-                   array_agg(1 - hits.distance ORDER BY hits.distance)
-            INTO keys, similarities FROM (
-                SELECT walked.* FROM (
-                    SELECT t.id::text AS key, t.embedding_sample OPERATOR(public.<=>) query AS distance
-                    FROM public.docs t
-                    WHERE t.embedding_sample IS NOT NULL
-                    ORDER BY t.embedding_sample OPERATOR(public.<=>) query
-                    LIMIT 100) walked
-                LIMIT k) hits;
-            END IF;
+                    OFFSET 0) found
+                ORDER BY found.distance LIMIT k) hits;
         END IF;
         RETURN QUERY SELECT u.key, u.similarity
             FROM unnest(keys, similarities) WITH ORDINALITY AS u(key, similarity, n)
             ORDER BY u.n;
-        -- A SET clause restores only the settings it names: put back the caller's (an error
-        -- needs nothing, the rollback does it).
-        done := set_config('hnsw.iterative_scan', scan, true);
-        done := set_config('enable_seqscan', seq, true);
-        IF ef IS NOT NULL THEN
-            done := set_config('hnsw.ef_search', ef, true);
-        END IF;
     ELSE  -- not a model: the dynamic path says so
         RETURN QUERY SELECT * FROM pgembed._nearest_v1(
             model, query, k, NULL, NULL, pgembed._settings_v1(model));
