@@ -100,19 +100,22 @@ def create_chunks(conn: psycopg.Connection, spec: ModelSpec) -> None:
 
 
 def follow_row_security(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    """A role sees a chunk only while it may see the chunk's row: the policy's subquery reads the
-    watched table as the querying role, so that table's grants and row-level security apply
-    (a role without SELECT on it reads no chunk at all). Its owner (schema pgembed's, as the
-    capture functions that clean chunks up) is not subject to it. Migration 0015 adds the same
-    to chunk tables made before."""
+    """A role sees a chunk only while it may see the chunk's row and its vector: the policy's
+    subquery reads the watched table's key and vector columns as the querying role, so that
+    table's grants, column grants included, and row-level security apply (a role without SELECT
+    on the vector column is refused the chunks, as it is the column). Its owner (schema
+    pgembed's, as the capture functions that clean chunks up) is not subject to it. Migrations
+    0015 and 0017 made the same on chunk tables made before. The policy depends on the vector
+    column: the chunk table goes before it (models.drop_objects, switch)."""
     table = naming.chunk_table(spec)
     conn.execute(sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(table))
     conn.execute(
         sql.SQL(
             "CREATE POLICY pgembed_row_visible ON {table} USING (EXISTS ("
-            "SELECT FROM {source} t WHERE t.{key} OPERATOR(pg_catalog.=) {chunks}.key))"
+            "SELECT t.{vector} FROM {source} t WHERE t.{key} OPERATOR(pg_catalog.=) {chunks}.key))"
         ).format(
             table=table,
+            vector=sql.Identifier(spec.embedding_column),
             source=naming.table(spec),
             key=sql.Identifier(spec.key_column),
             chunks=sql.Identifier(naming.chunk_table_name(spec)),

@@ -218,11 +218,14 @@ def drop_objects(conn: psycopg.Connection, spec: ModelSpec, *, bookkeeping: bool
     table took them along), its chunk table and (unless the caller deletes them after its
     transaction, with setup.forget) its bookkeeping; the table's other data is untouched. The
     catalog rows stay: the caller deletes them."""
-    if tables.is_table(conn, spec.table_schema, spec.table_name):
+    table = tables.is_table(conn, spec.table_schema, spec.table_name)
+    if table:
+        ddl.lock_table(conn, spec)  # the table, then its chunk table (alter-table's order)
+    ddl.drop_chunks(conn, spec)  # before the vector column, which its row policy names
+    if table:
         roles.revoke_table(conn, spec)
         capture.drop_triggers(conn, spec)
         ddl.drop_objects(conn, spec)
-    ddl.drop_chunks(conn, spec)
     if bookkeeping:
         ddl.forget(conn, spec)
 

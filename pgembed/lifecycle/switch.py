@@ -51,6 +51,7 @@ def _swap_in(conn: psycopg.Connection, name: str) -> ModelSpec:
     ddl.refuse_column_views(conn, old, f"the switch of {name!r} to version {shadow.version}")
     for spec in (old, shadow):
         capture.drop_triggers(conn, spec)
+    _swap_chunks(conn, old, shadow, new)  # first: the old chunks' row policy names the column
     conn.execute(  # the old index goes with its column
         sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(table, sql.Identifier(old.embedding_column))
     )
@@ -65,7 +66,6 @@ def _swap_in(conn: psycopg.Connection, name: str) -> ModelSpec:
             sql.Identifier(naming.index_name(new)),
         )
     )
-    _swap_chunks(conn, old, shadow, new)
     capture.create_triggers(conn, new)
     moves = {"name": name, "shadow": shadow.name, "version": new.version}
     for statement in sqlfiles.statements("lifecycle", "move_bookkeeping"):

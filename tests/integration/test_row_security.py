@@ -173,6 +173,62 @@ def test_a_tenant_finds_only_its_rows_through_every_path(
         engine.dispose()
 
 
+def test_a_role_granted_other_columns_reads_no_chunk(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """Column grants: a role that may read docs' keys and tenants, not its text nor vectors, is
+    refused the chunks' vectors as it is the vector column (an audit found it could search them:
+    semantic search over text it may not read)."""
+    with db.connection(db_url) as conn:
+        alice, _, _ = _tenants(conn, make_role)
+        columns = make_role("columns", f"IN ROLE {roles.READER}")
+        conn.execute(sql.SQL("GRANT SELECT (id, tenant) ON docs TO {}").format(
+            sql.Identifier(columns)))  # fmt: skip
+        conn.execute(sql.SQL("CREATE POLICY everything ON docs TO {} USING (true)").format(
+            sql.Identifier(columns)))  # fmt: skip
+    assert pgembed.sync_once(database_url=db_url).written == 2 * 8
+    with db.connection(as_role(db_url, columns)) as conn:
+        assert len(conn.execute("SELECT id FROM docs").fetchall()) == 8
+        for statement in (
+            "SELECT embedding_whole FROM docs",
+            "SELECT key, embedding FROM pgembed_whole_chunks",
+            "SELECT count(*) FROM pgembed_whole_chunks",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
+    with db.connection(as_role(db_url, alice)) as conn:  # alice may: her own rows' chunks
+        seen = conn.execute("SELECT DISTINCT key FROM pgembed_whole_chunks").fetchall()
+    assert len(seen) == 3 and all(key.startswith(alice) for (key,) in seen)
+
+
+def _chunk_policy(conn: psycopg.Connection) -> tuple[bool, str] | None:
+    row = conn.execute(
+        "SELECT c.relrowsecurity, pg_get_expr(p.polqual, p.polrelid) FROM pg_class c "
+        "JOIN pg_policy p ON p.polrelid = c.oid WHERE c.oid = 'pgembed_whole_chunks'::regclass "
+        "AND p.polname = 'pgembed_row_visible'"
+    ).fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def test_migration_0017_makes_chunk_tables_follow_the_column_grants(db_url: str) -> None:
+    with db.connection(db_url) as conn:
+        conn.execute("CREATE TABLE docs (id integer PRIMARY KEY, body text)")
+        request = models.AddRequest("whole", "docs", "body", precision="fp32", long_texts="chunk")
+        models.add(conn, request)
+        made = _chunk_policy(conn)
+        # As 0015 made the policy: the key alone.
+        conn.execute("DROP POLICY pgembed_row_visible ON pgembed_whole_chunks")
+        conn.execute(
+            "CREATE POLICY pgembed_row_visible ON pgembed_whole_chunks USING (EXISTS ("
+            "SELECT FROM docs t WHERE t.id OPERATOR(pg_catalog.=) pgembed_whole_chunks.key))"
+        )
+        assert _chunk_policy(conn) != made
+        conn.execute("DELETE FROM pgembed.migrations WHERE version = 17")
+        migrate.migrate(conn)
+        assert made is not None and "embedding_whole" in made[1]
+        assert _chunk_policy(conn) == made
+
+
 def test_migration_0015_puts_the_policy_on_chunk_tables_made_before(db_url: str) -> None:
     with db.connection(db_url) as conn:
         conn.execute("CREATE TABLE docs (id integer PRIMARY KEY, body text)")
