@@ -3,8 +3,9 @@
 The trigger functions themselves are SQL (sql/definitions/20_capture.sql): an INSERT or
 TRUNCATE is one statement-level trigger, an UPDATE of the key or text (or a vector written by
 hand) a row trigger that also clears the stale vector, a DELETE removes the keys' queue
-entries. The worker's own vector writes enqueue nothing. A chunked model's triggers also clear
-the chunks of a row whose vector they clear, of deleted rows, and of a truncated table.
+entries, and a row inserted with a vector (by hand) has it cleared. The worker's own vector
+writes enqueue nothing. A chunked model's triggers also clear the chunks of a row whose vector
+they clear, of deleted rows, and of a truncated table.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from pgembed.catalog.registry import ModelSpec
 
 
 def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    """The four triggers, firing ALWAYS: also under session_replication_role = replica (logical
+    """The five triggers, firing ALWAYS: also under session_replication_role = replica (logical
     replication subscribers, restores), where a trigger of the default kind is skipped and the
     old vector would be served for the new text. Migration 0007 makes the same for old models.
     The daemon role, when there is one, may then read the key and text and write the vector."""
     names = naming.trigger_names(spec)
-    ins, upd, dele, trunc = (sql.Identifier(n) for n in names)
+    ins, upd, dele, trunc, _ = (sql.Identifier(n) for n in names)
     table = naming.table(spec)
     # The text columns travel as one argument, comma-separated (identifiers hold no comma).
     args = sql.SQL(", ").join(
@@ -80,10 +81,15 @@ def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
     ]
     statements += [
         sql.SQL("ALTER TABLE {} ENABLE ALWAYS TRIGGER {}").format(table, sql.Identifier(name))
-        for name in names
+        for name in names[:4]
     ]
     for statement in statements:
         conn.execute(statement)
+    # A vector inserted by hand is cleared (made, ALWAYS, by its SQL definition).
+    conn.execute(
+        "SELECT pgembed._guard_inserted_vectors_v1(%s, %s, %s, %s)",
+        (spec.table_schema, spec.table_name, names[4], spec.embedding_column),
+    )
     roles.grant_table(conn, spec)
 
 

@@ -59,7 +59,7 @@ def embedding_column(model: str) -> str:
 # NOTIFY on CHANNEL; the hybrid helper looks for fulltext_index_name): change both together.
 CHANNEL = "pgembed"  # the LISTEN/NOTIFY channel; the payload is the model's name
 SHADOW_SUFFIX = "__next"  # a reindex's shadow model; user names cannot contain '__'
-_TRIGGER_EVENTS = ("ins", "upd", "del", "trunc")
+_TRIGGER_EVENTS = ("ins", "upd", "del", "trunc", "vec")  # vec: 20_capture.sql spells it too
 
 
 def index_name(spec: ModelSpec) -> str:

@@ -8,7 +8,7 @@ import pytest
 from psycopg import sql
 
 import pgembed
-from pgembed import db
+from pgembed import db, migrate
 from pgembed.lifecycle import models
 
 # (column type, three keys as SQL literals)
@@ -133,6 +133,37 @@ def test_a_vector_written_by_hand_is_replaced(docs: psycopg.Connection, db_url: 
     assert pgembed.sync_once(database_url=db_url).written == 2
     after = docs.execute("SELECT embedding_minilm::text FROM docs WHERE id = 1").fetchone()
     assert after == before
+
+
+def test_a_vector_inserted_by_hand_is_replaced(docs: psycopg.Connection, db_url: str) -> None:
+    """An INSERT (or COPY) with a vector: cleared in the row write, as an UPDATE's is, and the
+    row queued for its own text; a row without text keeps none (an audit's forged vector on a
+    blank row was served for ever). The sync worker's flag and a replication apply keep theirs."""
+    forged = "array_fill(0.5, ARRAY[384])::vector"
+    docs.execute(f"INSERT INTO docs VALUES (3, 'a new row', {forged}), (4, '   ', {forged})")
+    with docs.cursor() as cur, cur.copy("COPY docs (id, body, embedding_minilm) FROM STDIN") as c:
+        c.write_row((5, "a copied row", "[" + ",".join(["0.5"] * 384) + "]"))
+    assert vectors_missing(docs) == 3 and pending(docs) == ["3", "5"]
+    assert pgembed.sync_once(database_url=db_url).written == 2
+    assert vectors_missing(docs) == 1  # the blank row: no text, no vector
+    for setting in ("pgembed.writing = on", "session_replication_role = replica"):
+        with docs.transaction(force_rollback=True):
+            docs.execute(f"SET LOCAL {setting}")
+            docs.execute(f"INSERT INTO docs VALUES (6, '   ', {forged})")
+            assert vectors_missing(docs) == 1, setting
+
+
+def test_a_model_added_before_the_insert_guard_gets_it_at_migrate(
+    docs: psycopg.Connection,
+) -> None:
+    guard = "SELECT tgenabled FROM pg_trigger WHERE tgname = 'pgembed_minilm_vec'"
+    assert docs.execute(guard).fetchall() == [("A",)]  # ALWAYS
+    docs.execute("DROP TRIGGER pgembed_minilm_vec ON docs")  # as a model of an older pgembed
+    docs.execute("DELETE FROM pgembed.definitions")  # as before the definitions changed
+    migrate.migrate(docs)
+    assert docs.execute(guard).fetchall() == [("A",)]
+    docs.execute("INSERT INTO docs VALUES (3, '   ', array_fill(0.5, ARRAY[384])::vector)")
+    assert vectors_missing(docs) == 1
 
 
 def test_replica_mode_writes_are_captured(docs: psycopg.Connection) -> None:

@@ -58,7 +58,7 @@ def test_add_creates_column_index_triggers_and_queues_rows(reviews: psycopg.Conn
             "SELECT tgname FROM pg_trigger WHERE tgrelid = 'reviews'::regclass AND NOT tgisinternal"
         )
     }
-    assert triggers == {f"pgembed_minilm_{e}" for e in ("ins", "upd", "del", "trunc")}
+    assert triggers == {f"pgembed_minilm_{e}" for e in ("ins", "upd", "del", "trunc", "vec")}
     assert reviews.execute(
         "SELECT count(*) FROM pgembed.queue WHERE model = 'minilm'"
     ).fetchone() == (8,)

@@ -76,7 +76,7 @@ def test_alter_pooling_switches_to_new_vectors_and_keeps_capturing(
     columns, indexes, triggers = objects(conn)
     assert columns == {"id", "body", "stars", "embedding_minilm"}
     assert indexes == {"docs_pkey", "pgembed_minilm_hnsw"}
-    assert triggers == {f"pgembed_minilm_{e}" for e in ("ins", "upd", "del", "trunc")}
+    assert triggers == {f"pgembed_minilm_{e}" for e in ("ins", "upd", "del", "trunc", "vec")}
     # The recreated triggers capture changes for the model's column under its new settings.
     conn.execute("UPDATE docs SET body = 'The speaker hums loudly.' WHERE id = 1")
     assert stored(conn).get(1) is None
@@ -212,7 +212,7 @@ def test_second_alter_is_refused_abort_drops_the_shadow(
     assert aborted.exit_code == 0, aborted.output
     columns, _, triggers = objects(conn)
     assert columns == {"id", "body", "stars", "embedding_minilm"}
-    assert triggers == {f"pgembed_minilm_{e}" for e in ("ins", "upd", "del", "trunc")}
+    assert triggers == {f"pgembed_minilm_{e}" for e in ("ins", "upd", "del", "trunc", "vec")}
     assert conn.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
     assert conn.execute("SELECT max(version) FROM pgembed.model_versions").fetchone() == (1,)
     assert_vectors(conn, TEXTS)  # the live model never changed
@@ -330,7 +330,9 @@ def test_index_build_reports_progress(
 ) -> None:
     # Enough rows that the build outlives a few polls of pg_stat_progress_create_index.
     vectors = np.random.default_rng(0).standard_normal((1500, 384)).astype(np.float32)
-    with conn.cursor(binary=True) as cur:
+    # Written as the sync worker flags its writes: a vector inserted by hand would be cleared.
+    with conn.transaction(), conn.cursor(binary=True) as cur:
+        cur.execute("SET LOCAL pgembed.writing = on")
         cur.executemany(
             "INSERT INTO docs (id, body, embedding_minilm) VALUES (%s, 'x', %s)",
             [(1000 + i, Vector(v)) for i, v in enumerate(vectors)],
