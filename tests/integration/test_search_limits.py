@@ -5,7 +5,9 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+import pgembed
 from pgembed import db
+from pgembed.errors import UsageError
 
 
 def test_hybrid_search_takes_any_k(shop_url: str) -> None:
@@ -29,3 +31,22 @@ def test_hybrid_search_query_text_is_bounded(shop_url: str) -> None:
         # ... and a longer one is one clear error.
         with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="at most 10000"):
             conn.execute(query, ("battery " * 20000,))
+
+
+def test_hybrid_search_takes_a_repeated_word_once_and_at_most_255_nodes(shop_url: str) -> None:
+    """A plain AND of words is searched with each word once (an audit's text of one word 2,000
+    times ran for minutes: ts_rank_cd pays for every copy); past 255 nodes, one clear error."""
+    query = (
+        "SELECT key, score FROM pgembed.hybrid_search('minilm', "
+        "(SELECT embedding_minilm FROM reviews ORDER BY id LIMIT 1), %s, 5)"
+    )
+    with db.connection(shop_url) as conn:
+        once = conn.execute(query, ("battery life",)).fetchall()
+        assert once == conn.execute(query, ("battery life " * 700,)).fetchall()
+        # OR, NOT and phrases are kept as written.
+        assert conn.execute(query, ('"battery life" or charger -screen',)).fetchall()
+        words = " ".join(f"word{i}" for i in range(200))
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="at most 255"):
+            conn.execute(query, (words,))
+    with pgembed.Client(shop_url) as client, pytest.raises(UsageError, match="at most 255"):
+        client.hybrid_search("minilm", words)
