@@ -77,10 +77,13 @@ def _fill(conn: psycopg.Connection, name: str, texts: list[str], vectors: np.nda
     copy = sql.SQL("COPY {} (id, body, {}) FROM STDIN (FORMAT BINARY)").format(
         table, sql.Identifier(f"embedding_{name}")
     )
+    # As the sync worker flags its writes: a vector a COPY brings is otherwise cleared.
+    conn.execute("SET pgembed.writing = on")
     with conn.cursor() as cur, cur.copy(copy) as out:
         out.set_types(["integer", "text", "vector"])
         for i, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
             out.write_row((i, text, Vector(vector)))
+    conn.execute("RESET pgembed.writing")
     conn.execute("DELETE FROM pgembed.inbox")  # the vectors are already there
     conn.execute("DELETE FROM pgembed.queue")
     conn.commit()

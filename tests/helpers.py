@@ -91,6 +91,17 @@ def run_cli(
     )
 
 
+@contextmanager
+def writing_vectors(conn: psycopg.Connection) -> Iterator[None]:
+    """Vectors written directly, flagged as the sync worker flags its own (pgembed.writing): a
+    vector an INSERT or COPY brings is otherwise taken for one written by hand, and cleared."""
+    conn.execute("SET pgembed.writing = on")
+    try:
+        yield
+    finally:
+        conn.execute("RESET pgembed.writing")
+
+
 def make_items(
     conn: psycopg.Connection, rows: int = 3000, rare_every: int = 50
 ) -> registry.ModelSpec:
@@ -103,7 +114,7 @@ def make_items(
     vectors = np.random.default_rng(7).normal(size=(rows, spec.dimensions)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     copy = "COPY items (id, body, bucket, note, embedding_minilm) FROM STDIN (FORMAT BINARY)"
-    with conn.cursor() as cur, cur.copy(copy) as out:
+    with writing_vectors(conn), conn.cursor() as cur, cur.copy(copy) as out:
         out.set_types(["integer", "text", "text", "text", "vector"])
         for i, vector in enumerate(vectors):
             bucket = "rare" if i % rare_every == 0 else "common"

@@ -18,9 +18,9 @@ from daemon_helpers import wait_for
 from pgembed import db
 from pgembed.lifecycle import models
 
-LEASE = 2
-# Two batches of 70 texts of 256 word pieces: 3.3 s each on one idle core of an AMX Xeon
-# (2.4 s for 50, which outlasted the 3 s lease this test had before), 6-13 s on slower ones.
+LEASE = 1  # the shortest `sync` takes
+# Two batches of 70 texts of 256 word pieces: 1.8-3.3 s each on one idle core of an AMX Xeon
+# (1.8 s did not outlast the 2 s lease this test had before), 6-13 s on slower ones.
 ROWS = 140
 SLOW = ["--lease-seconds", str(LEASE), "--claim-size", str(ROWS // 2)]
 

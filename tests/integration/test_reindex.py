@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from pgvector import Vector
 
-from helpers import cli, run_batch
+from helpers import cli, run_batch, writing_vectors
 from pgembed import db
 from pgembed.catalog import ddl, registry
 from pgembed.encode import embedder
@@ -330,9 +330,7 @@ def test_index_build_reports_progress(
 ) -> None:
     # Enough rows that the build outlives a few polls of pg_stat_progress_create_index.
     vectors = np.random.default_rng(0).standard_normal((1500, 384)).astype(np.float32)
-    # Written as the sync worker flags its writes: a vector inserted by hand would be cleared.
-    with conn.transaction(), conn.cursor(binary=True) as cur:
-        cur.execute("SET LOCAL pgembed.writing = on")
+    with writing_vectors(conn), conn.cursor(binary=True) as cur:
         cur.executemany(
             "INSERT INTO docs (id, body, embedding_minilm) VALUES (%s, 'x', %s)",
             [(1000 + i, Vector(v)) for i, v in enumerate(vectors)],
