@@ -10,6 +10,7 @@ those commands (tests/unit/test_api_options.py compares them); `pgembed.Client` 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from pgembed.lifecycle import status as lifecycle_status
 from pgembed.lifecycle.altertable import Altered
 from pgembed.search import plan
 from pgembed.sync import worker
+
+log = logging.getLogger("pgembed")
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ def migrate_schema(database_url: str | None = None) -> list[str]:
     defined: list[migrate.Definition] = []
     with db.connection(locate.resolve_url(database_url)) as conn:
         applied = migrate.migrate(conn, on_define=defined.append)
+        for line in setup.guard_older_models(conn):
+            log.warning("%s", line)
     return [m.filename for m in applied] + [d.filename for d in defined]
 
 

@@ -21,7 +21,8 @@ from pgembed.catalog.registry import ModelSpec
 def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """The five triggers, firing ALWAYS: also under session_replication_role = replica (logical
     replication subscribers, restores), where a trigger of the default kind is skipped and the
-    old vector would be served for the new text. Migration 0007 makes the same for old models.
+    old vector would be served for the new text. Migration 0007 made the same for old models'
+    four first ones; lifecycle/setup.py guard_older_models adds the fifth at `pgembed migrate`.
     The daemon role, when there is one, may then read the key and text and write the vector."""
     names = naming.trigger_names(spec)
     ins, upd, dele, trunc, _ = (sql.Identifier(n) for n in names)
@@ -85,12 +86,30 @@ def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
     ]
     for statement in statements:
         conn.execute(statement)
-    # A vector inserted by hand is cleared (made, ALWAYS, by its SQL definition).
-    conn.execute(
-        "SELECT pgembed._guard_inserted_vectors_v1(%s, %s, %s, %s)",
-        (spec.table_schema, spec.table_name, names[4], spec.embedding_column),
-    )
+    guard_inserted_vectors(conn, spec)
     roles.grant_table(conn, spec)
+
+
+def guard_inserted_vectors(conn: psycopg.Connection, spec: ModelSpec) -> bool:
+    """The trigger that clears a vector an INSERT brings, made (ALWAYS) by its SQL definition;
+    False on a schema older than that definition, where `pgembed migrate` makes it later."""
+    defined = conn.execute(
+        "SELECT pg_catalog.to_regprocedure("
+        "'pgembed._guard_inserted_vectors_v1(text, text, text, text, text)') IS NOT NULL"
+    ).fetchone()
+    if not defined or not defined[0]:
+        return False
+    conn.execute(
+        "SELECT pgembed._guard_inserted_vectors_v1(%s, %s, %s, %s, %s)",
+        (
+            spec.name,
+            spec.table_schema,
+            spec.table_name,
+            naming.trigger_names(spec)[4],
+            spec.embedding_column,
+        ),
+    )
+    return True
 
 
 def drop_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:

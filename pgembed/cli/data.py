@@ -9,6 +9,7 @@ import click
 from pgembed import columntypes, loader, migrate, roles
 from pgembed.cli.app import App, pass_app
 from pgembed.cli.progress import progress_bar
+from pgembed.lifecycle import setup
 
 
 @click.command("migrate")
@@ -23,8 +24,11 @@ def migrate_cmd(app: App, create_roles: bool) -> None:
     defined: list[migrate.Definition] = []
     with app.connect(require_schema=False) as conn:
         applied = migrate.migrate(conn, create_roles=create_roles, on_define=defined.append)
+        guarded = setup.guard_older_models(conn)
     for filename in [m.filename for m in applied] + [d.filename for d in defined]:
         click.echo(f"applied {filename}")
+    for line in guarded:
+        click.echo(line)
     if not applied and not defined:
         click.echo("the pgembed schema is up to date")
     if create_roles:

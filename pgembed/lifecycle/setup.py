@@ -29,9 +29,10 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from pgembed import capture, defaults, sqlfiles
+from pgembed import capture, db, defaults, sqlfiles
 from pgembed.catalog import ddl, naming, registry
 from pgembed.catalog.registry import ModelSpec
+from pgembed.errors import DatabaseError
 from pgembed.lifecycle import indexbuild
 from pgembed.sync import store
 
@@ -257,3 +258,42 @@ def leftovers(conn: psycopg.Connection, name: str) -> bool:
         {"m": name},
     ).fetchone()
     return bool(row and row[0])
+
+
+def guard_older_models(conn: psycopg.Connection) -> list[str]:
+    """`pgembed migrate`'s last step: models made before the trigger that clears a vector an
+    INSERT brings get it, each table in a short transaction of its own (ddl.retrying_locks), so
+    that no lock is held on an application's table for longer. One line for each model it was
+    added to or could not be (a table this role may not alter, or busy); a model whose table or
+    vector column is gone is left to `status`."""
+    said: list[str] = []
+    for spec in registry.all_models(conn):
+        row = conn.execute(
+            sqlfiles.get("lifecycle", "unguarded"),
+            {
+                "schema": spec.table_schema,
+                "table": spec.table_name,
+                "column": spec.embedding_column,
+                "trigger": naming.trigger_names(spec)[4],
+            },
+        ).fetchone()
+        if not row or not row[0]:
+            continue
+        where = f"{spec.table_schema}.{spec.table_name}"
+        try:
+            ddl.retrying_locks(
+                conn,
+                spec.table_schema,
+                spec.table_name,
+                lambda spec=spec: capture.guard_inserted_vectors(conn, spec),  # type: ignore[misc]
+            )
+        except (psycopg.errors.InsufficientPrivilege, DatabaseError) as exc:
+            said.append(
+                f"model {spec.name}: a vector an INSERT brings into {where} is kept until its "
+                f"owner runs `pgembed alter-table {where} 'SELECT 1'` ({db.first_line(exc)})"
+                if isinstance(exc, psycopg.Error)
+                else f"model {spec.name}: {exc}; run `pgembed migrate` again"
+            )
+            continue
+        said.append(f"model {spec.name}: a vector an INSERT brings into {where} is now cleared")
+    return said

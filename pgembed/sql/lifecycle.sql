@@ -127,3 +127,18 @@ DELETE FROM pgembed.truncated
 WHERE model = %(model)s AND key = ANY (%(forgotten)s::pg_catalog.text[]);
 DELETE FROM pgembed.failures
 WHERE model = %(model)s AND key = ANY (%(forgotten)s::pg_catalog.text[]);
+
+-- name: unguarded
+-- Whether a model's table and vector column are there without its insert guard trigger
+-- (lifecycle/setup.py guard_older_models).
+SELECT EXISTS (
+    SELECT FROM pg_catalog.pg_attribute a
+    WHERE a.attrelid = pg_catalog.to_regclass(
+              pg_catalog.format('%%I.%%I', %(schema)s::text, %(table)s::text))
+      AND a.attname OPERATOR(pg_catalog.=) %(column)s::text AND NOT a.attisdropped
+) AND NOT EXISTS (
+    SELECT FROM pg_catalog.pg_trigger g
+    WHERE g.tgrelid = pg_catalog.to_regclass(
+              pg_catalog.format('%%I.%%I', %(schema)s::text, %(table)s::text))
+      AND g.tgname OPERATOR(pg_catalog.=) %(trigger)s::text
+)

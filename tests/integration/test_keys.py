@@ -8,7 +8,8 @@ import pytest
 from psycopg import sql
 
 import pgembed
-from pgembed import db, migrate
+from helpers import cli
+from pgembed import db
 from pgembed.lifecycle import models
 
 # (column type, three keys as SQL literals)
@@ -154,14 +155,19 @@ def test_a_vector_inserted_by_hand_is_replaced(docs: psycopg.Connection, db_url:
 
 
 def test_a_model_added_before_the_insert_guard_gets_it_at_migrate(
-    docs: psycopg.Connection,
+    docs: psycopg.Connection, db_url: str
 ) -> None:
     guard = "SELECT tgenabled FROM pg_trigger WHERE tgname = 'pgembed_minilm_vec'"
     assert docs.execute(guard).fetchall() == [("A",)]  # ALWAYS
     docs.execute("DROP TRIGGER pgembed_minilm_vec ON docs")  # as a model of an older pgembed
-    docs.execute("DELETE FROM pgembed.definitions")  # as before the definitions changed
-    migrate.migrate(docs)
+    result = cli("--database-url", db_url, "migrate")
+    assert result.exit_code == 0, result.output
+    assert "model minilm: a vector an INSERT brings into public.docs is now cleared" in (
+        result.output
+    )
     assert docs.execute(guard).fetchall() == [("A",)]
+    again = cli("--database-url", db_url, "migrate")
+    assert again.output.strip() == "the pgembed schema is up to date"
     docs.execute("INSERT INTO docs VALUES (3, '   ', array_fill(0.5, ARRAY[384])::vector)")
     assert vectors_missing(docs) == 1
 

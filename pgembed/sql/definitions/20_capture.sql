@@ -273,11 +273,18 @@ $fn$;
 -- A row inserted with a vector by anyone but the sync worker (pgembed.writing) or a replication
 -- apply: the vector is cleared in the row write, as the update trigger clears one written by
 -- hand. Its key is queued by the insert trigger (when it has text), so the row gets the vector of
--- its own text, and a row without text none. Argument: the vector column.
+-- its own text, and a row without text none. A vector column renamed since: a warning, as the
+-- other capture triggers give. Arguments: model, vector column.
 CREATE OR REPLACE FUNCTION pgembed.capture_insert_vector_v1() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    missing text := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], TG_ARGV[1:1]);
 BEGIN
-    NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0], NULL));
+    IF missing IS NOT NULL THEN
+        RAISE WARNING '%', missing;
+        RETURN NEW;
+    END IF;
+    NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[1], NULL));
     RETURN NEW;
 END
 $fn$;
@@ -287,11 +294,12 @@ REVOKE EXECUTE ON FUNCTION pgembed.capture_insert_v1(), pgembed.capture_update_v
     pgembed.capture_insert_vector_v1() FROM PUBLIC;
 
 -- The trigger of capture_insert_vector_v1 on a model's table (capture.py makes it with the
--- model's other triggers): a row trigger whose WHEN lets every insert without a vector, a bulk
--- COPY's rows, pass without a call. Firing ALWAYS, as the others (not under a replication
--- apply: its WHEN says so). Run as the table's owner, who may make triggers on it.
+-- model's other triggers, and for models made before it at `pgembed migrate`): a row trigger
+-- whose WHEN lets every insert without a vector, a bulk COPY's rows, pass without a call. Firing
+-- ALWAYS, as the others (not under a replication apply: its WHEN says so). Run as the caller
+-- (PUBLIC may call it): only the table's owner may make triggers on it.
 CREATE OR REPLACE FUNCTION pgembed._guard_inserted_vectors_v1(
-    table_schema text, table_name text, trigger_name text, vector_column text
+    model text, table_schema text, table_name text, trigger_name text, vector_column text
 ) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
@@ -300,41 +308,9 @@ BEGIN
         'WHEN (NEW.%4$I IS NOT NULL '
         'AND pg_catalog.current_setting(''pgembed.writing'', true) IS DISTINCT FROM ''on'' '
         'AND pg_catalog.current_setting(''session_replication_role'') <> ''replica'') '
-        'EXECUTE FUNCTION pgembed.capture_insert_vector_v1(%5$L)',
-        trigger_name, table_schema, table_name, vector_column, vector_column);
+        'EXECUTE FUNCTION pgembed.capture_insert_vector_v1(%5$L, %4$L)',
+        trigger_name, table_schema, table_name, vector_column, model);
     EXECUTE format('ALTER TABLE %I.%I ENABLE ALWAYS TRIGGER %I',
                    table_schema, table_name, trigger_name);
 END
 $fn$;
-
--- Models added before that trigger get it here, once (pgembed_<model>_vec, as
--- catalog/naming.py spells it), where the table and its vector column are still there. A table
--- the migrating role may not make triggers on is named in a warning: its owner runs
--- `pgembed alter-table TABLE 'SELECT 1'`, which makes the model's triggers again.
-DO $do$
-DECLARE
-    m record;
-BEGIN
-    FOR m IN
-        SELECT models.name, models.table_schema, models.table_name, models.embedding_column
-        FROM pgembed.models models
-        JOIN pg_class c ON c.oid = to_regclass(format('%I.%I', models.table_schema,
-                                                      models.table_name))
-        WHERE EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = c.oid
-                        AND a.attname = models.embedding_column AND NOT a.attisdropped)
-          AND NOT EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = c.oid
-                            AND g.tgname = 'pgembed_' || models.name || '_vec')
-    LOOP
-        BEGIN
-            PERFORM pgembed._guard_inserted_vectors_v1(
-                m.table_schema, m.table_name, 'pgembed_' || m.name || '_vec',
-                m.embedding_column);
-        EXCEPTION WHEN insufficient_privilege THEN
-            RAISE WARNING 'model %: a vector inserted by hand into %.% is kept until its owner '
-                'runs `pgembed alter-table %.% ''SELECT 1''`', m.name,
-                quote_ident(m.table_schema), quote_ident(m.table_name),
-                quote_ident(m.table_schema), quote_ident(m.table_name);
-        END;
-    END LOOP;
-END
-$do$;
