@@ -145,7 +145,7 @@ def _shorten(value: re.Match[str]) -> str:
 def describe(exc: psycopg.Error) -> DatabaseError:
     """Turn a driver error into pgembed's one-line error; a privilege the role lacks says where
     each role's grants are given (PostgreSQL names the object, not the command's role)."""
-    if exc.sqlstate == "42501":
+    if exc.sqlstate == "42501" and first_line(exc).startswith("permission denied"):
         return DatabaseError(
             f'database error: {first_line(exc)} (the README\'s "Roles" says which role '
             "runs each command and what it needs)"

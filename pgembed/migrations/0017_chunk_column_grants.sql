@@ -23,6 +23,9 @@ BEGIN
                       pg_catalog.format('%I.%I', m.table_schema, m.table_name))
               AND a.attname OPERATOR(pg_catalog.=) ANY (ARRAY[m.key_column, m.embedding_column])
               AND a.attnum > 0 AND NOT a.attisdropped) <> 2;
+        -- The table before its chunk table, in the order `model remove` and alter-table take them.
+        EXECUTE pg_catalog.format('LOCK TABLE %I.%I IN ACCESS SHARE MODE', m.table_schema,
+                                  m.table_name);
         EXECUTE pg_catalog.format('DROP POLICY IF EXISTS pgembed_row_visible ON %s', chunks);
         EXECUTE pg_catalog.format('ALTER TABLE %s ENABLE ROW LEVEL SECURITY', chunks);
         EXECUTE pg_catalog.format(

@@ -336,6 +336,27 @@ def test_a_walk_that_stops_short_without_a_filter_is_made_up_by_an_exact_scan(
     assert [key for (key,) in similar] == [key for key in nearest if key != first]
 
 
+def test_a_table_with_fewer_vectors_than_k_is_not_read_again(
+    real: psycopg.Connection, queries: list[Vector]
+) -> None:
+    """30 rows of 2,500 have a vector (say, the others have no text): a search for 50 gives those
+    30 from the index, and, as the statistics count no more, no exact read of the table follows
+    at every search (a review found that on 1M rows of which 30 had a text)."""
+    q = queries[0]
+    with real.transaction(force_rollback=True):
+        real.execute("SET LOCAL pgembed.writing = on")  # as if never embedded, not queued
+        real.execute("UPDATE reviews SET embedding_minilm = NULL WHERE id >= 30")
+        real.execute("ANALYZE reviews")
+        scans = "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relid = 'reviews'::regclass"
+        found = {}
+        for k in (50, 200):  # the generated path, the dynamic one
+            before = real.execute(scans).fetchone()
+            found[k] = [key for key, _ in search(real, q, None, k=k)]
+            assert real.execute(scans).fetchone() == before, k
+        for k, keys in found.items():  # exact() turns index scans off for the transaction
+            assert keys == exact(real, q, "id < 30", k=k), k
+
+
 # --- 4. plain SQL: docs/search.md's recipe ------------------------------------------------------
 
 

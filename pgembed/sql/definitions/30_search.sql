@@ -575,6 +575,25 @@ BEGIN
 END
 $fn$;
 
+-- Whether an index walk without a filter that gave `found` of the `wanted` rows may have missed
+-- rows the caller may read, so that they are read exactly: under row-level security that applies
+-- to the caller (the walk stops at hnsw.max_scan_tuples among rows it may not see), else when the
+-- statistics count more rows with a vector than it found, by more than their error (a large k;
+-- none kept yet: maybe). Not when the table has no more vectors (1M rows of which 30 have a
+-- text: no scan of 1M rows at each search).
+CREATE OR REPLACE FUNCTION pgembed._came_short_v1(m pgembed.models, found integer, wanted bigint)
+RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT found < wanted AND (
+        row_security_active(format('%I.%I', m.table_schema, m.table_name))
+        OR coalesce((SELECT c.reltuples * (1 - s.null_frac) > found * 1.01 + 1
+                     FROM pg_class c, pg_stats s
+                     WHERE c.oid = format('%I.%I', m.table_schema, m.table_name)::regclass
+                       AND c.reltuples >= 0
+                       AND s.schemaname = m.table_schema AND s.tablename = m.table_name
+                       AND s.attname = m.embedding_column AND NOT s.inherited), true))
+$fn$;
+
 -- How a search with `filter` reads the model's rows: 0, exactly (each matching row's distance,
 -- the k nearest kept), else through the HNSW index with the ef_search returned.
 -- - No filter: exactly below 200 rows (_exact_v1), else the index.
@@ -758,9 +777,9 @@ $fn$;
 -- values $4 -> <slot>, `$3` a key to leave out), nearest first: keys and distances. By the index
 -- when `effort` > 0 (the caller has set hnsw.ef_search): a chunked model's chunks are read deeper
 -- until no unread one could change the rows (usually at once; 4^6 times lim chunks at most). By an
--- exact scan when the rows are few (effort 0), or when the walk gave fewer than `lim` rows (a
--- filter's stale statistics, hnsw.max_scan_tuples reached, row-level security that hides most
--- rows, fewer than `lim` rows with a vector): `lim` rows whenever `lim` rows match. Without a
+-- exact scan when the rows are few (effort 0), or when the walk gave fewer than `lim` rows: with a
+-- filter (stale statistics, hnsw.max_scan_tuples reached), and without one where rows may have
+-- been missed (_came_short_v1): `lim` rows whenever `lim` rows match. Without a
 -- filter the walk takes the index whatever the planner's cost of a scan (sequential scans off,
 -- see _exact_v1); the exact scan is planned as the planner likes. Every read sorts by
 -- `distance + 0`: the planner takes an index scan's rows for sorted by distance and would skip
@@ -791,7 +810,8 @@ BEGIN
         END LOOP;
         PERFORM set_config('enable_seqscan', seq, true);
     END IF;
-    IF effort = 0 OR coalesce(cardinality(keys), 0) < lim THEN
+    IF effort = 0 OR (filtered AND coalesce(cardinality(keys), 0) < lim)
+       OR (NOT filtered AND pgembed._came_short_v1(m, coalesce(cardinality(keys), 0), lim)) THEN
         EXECUTE format('%s FROM (%s) s', ranked, pgembed._scan_v1(m, conditions, '$2'))
             INTO keys, distances USING query, lim, exclude_key, args;
     END IF;
@@ -865,6 +885,10 @@ BEGIN
         RAISE EXCEPTION 'the query text has % characters; at most 10000 are searched',
             length(query_text) USING ERRCODE = 'program_limit_exceeded';
     END IF;
+    IF to_regclass(format('%I.%I', m.table_schema, 'pgembed_' || m.name || '_fts')) IS NULL THEN
+        RAISE EXCEPTION 'model % has no full-text index: run `pgembed model fulltext %`',
+            m.name, m.name USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
     -- The full-text query. A plain AND of words (no OR, NOT or phrase) takes each word once: a
     -- repeated word matches the same rows, but ts_rank_cd pays for every copy (an audit's `film`
     -- 2,000 times: 96 s on 3,000 reviews; the full-text ranking alone, 200 times: 1.5 s against
@@ -880,10 +904,6 @@ BEGIN
         RAISE EXCEPTION 'the query text makes a full-text query of % words and operators; '
             'hybrid search takes at most 255 (some 128 words): shorten it, or search without '
             'the full-text ranking', numnode(words) USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF to_regclass(format('%I.%I', m.table_schema, 'pgembed_' || m.name || '_fts')) IS NULL THEN
-        RAISE EXCEPTION 'model % has no full-text index: run `pgembed model fulltext %`',
-            m.name, m.name USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     f := pgembed._filter_v1(m, filter, 4);
     PERFORM pgembed._use_settings_v1(settings);
@@ -1093,10 +1113,16 @@ BEGIN
                 done := set_config('hnsw.ef_search', ef, true);
             END IF;
         END IF;
-        -- Fewer than k rows from the index (the strict scan stops at hnsw.max_scan_tuples, and
-        -- row-level security may hide most of the rows it meets), or a tiny table: the rows
-        -- read exactly, so that the search gives k rows whenever k rows have a vector.
-        IF coalesce(cardinality(keys), 0) < k THEN%8$s
+        -- A tiny table, or fewer than k rows from the index where it may have missed some (the
+        -- strict scan stops at hnsw.max_scan_tuples, and row-level security may hide most of
+        -- the rows it meets: _came_short_v1): the rows read exactly, so that the search gives k
+        -- rows whenever k rows have a vector.
+        exact := effort = 0;
+        IF NOT exact AND coalesce(cardinality(keys), 0) < k THEN
+            exact := pgembed._came_short_v1(pgembed._model_v1(model),
+                                            coalesce(cardinality(keys), 0), k);
+        END IF;
+        IF exact THEN%8$s
         END IF;
         RETURN QUERY SELECT u.key, u.similarity
             FROM unnest(keys, similarities) WITH ORDINALITY AS u(key, similarity, n)
@@ -1136,6 +1162,7 @@ DECLARE
     scan text;
     seq text;
     done text;
+    exact boolean;
 BEGIN
     IF (filter IS NOT NULL AND jsonb_typeof(filter) <> 'null') OR k IS NULL OR k < 1
        OR query IS NULL THEN

@@ -21,6 +21,7 @@ DECLARE
     scan text;
     seq text;
     done text;
+    exact boolean;
 BEGIN
     IF (filter IS NOT NULL AND jsonb_typeof(filter) <> 'null') OR k IS NULL OR k < 1
        OR query IS NULL THEN
@@ -130,10 +131,16 @@ BEGIN
                 done := set_config('hnsw.ef_search', ef, true);
             END IF;
         END IF;
-        -- Fewer than k rows from the index (the strict scan stops at hnsw.max_scan_tuples, and
-        -- row-level security may hide most of the rows it meets), or a tiny table: the rows
-        -- read exactly, so that the search gives k rows whenever k rows have a vector.
-        IF coalesce(cardinality(keys), 0) < k THEN
+        -- A tiny table, or fewer than k rows from the index where it may have missed some (the
+        -- strict scan stops at hnsw.max_scan_tuples, and row-level security may hide most of
+        -- the rows it meets: _came_short_v1): the rows read exactly, so that the search gives k
+        -- rows whenever k rows have a vector.
+        exact := effort = 0;
+        IF NOT exact AND coalesce(cardinality(keys), 0) < k THEN
+            exact := pgembed._came_short_v1(pgembed._model_v1(model),
+                                            coalesce(cardinality(keys), 0), k);
+        END IF;
+        IF exact THEN
             SELECT array_agg(hits.key ORDER BY hits.distance),
                    array_agg(1 - hits.distance ORDER BY hits.distance)
             INTO keys, similarities FROM (
