@@ -318,6 +318,26 @@ def test_a_reindex_shadows_chunks_take_the_new_key_type_too(
     assert chunks(live) == []
 
 
+def test_a_chunked_shadow_is_aborted_and_a_chunked_model_removed_with_its_shadow(
+    reviews: psycopg.Connection, db_url: str
+) -> None:
+    """Each chunk table's row policy names its model's vector column: the chunk tables go
+    before their columns, for a reindex aborted and for a model removed with its shadow."""
+    chunked_model(reviews, db_url)
+    alter = ("model", "alter", "minilm", "--pooling", "cls", "--no-wait")
+    tables = "SELECT count(*) FROM pg_class WHERE relname LIKE 'pgembed\\_minilm%%chunks'"
+    for ending in (("reindex", "minilm", "--abort"), ("model", "remove", "minilm")):
+        assert cli("--database-url", db_url, *alter).exit_code == 0
+        synced(db_url)  # the shadow's chunks
+        assert reviews.execute(tables).fetchone() == (2,)
+        result = cli("--database-url", db_url, *ending)
+        assert result.exit_code == 0, result.output
+    assert reviews.execute(tables).fetchone() == (0,)
+    columns = "SELECT count(*) FROM pg_attribute WHERE attrelid = 'reviews'::regclass "
+    columns += "AND attname LIKE 'embedding%%' AND NOT attisdropped"
+    assert reviews.execute(columns).fetchone() == (0,)
+
+
 def test_a_batch_embedded_before_the_statement_is_written_after_it(
     spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
 ) -> None:
