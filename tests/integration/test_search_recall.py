@@ -327,10 +327,17 @@ def test_a_walk_that_stops_short_without_a_filter_is_made_up_by_an_exact_scan(
         similar = real.execute(
             "SELECT key::integer FROM pgembed.similar('minilm', %s, 20)", (str(first),)
         ).fetchall()
+        # hybrid_search's vector ranking alone (no row has the words): the same rows.
+        hybrid = real.execute(
+            "SELECT key::integer FROM pgembed.hybrid_search('minilm', %s, 'zyzzyva', 20)", (q,)
+        ).fetchall()
+        # Sequential scans were turned off around the dynamic path's walk, and back on after.
+        assert real.execute("SHOW enable_seqscan").fetchone() == ("on",)
         real.execute("RESET ROLE")
     for k, hits in found.items():
         assert [key for key, _ in hits] == exact(real, q, tenant_rows, k=k), k
     assert len(found[1000]) == 25
+    assert [key for (key,) in hybrid] == [key for key, _ in found[20]]
     (own,) = real.execute("SELECT embedding_minilm FROM reviews WHERE id = %s", (first,))
     nearest = exact(real, own[0], tenant_rows, k=21)
     assert [key for (key,) in similar] == [key for key in nearest if key != first]
