@@ -23,6 +23,7 @@ no row. Removing a model drops its objects in one short transaction and its book
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -280,20 +281,16 @@ def guard_older_models(conn: psycopg.Connection) -> list[str]:
         if not row or not row[0]:
             continue
         where = f"{spec.table_schema}.{spec.table_name}"
+        guard = functools.partial(capture.guard_inserted_vectors, conn, spec)
         try:
-            ddl.retrying_locks(
-                conn,
-                spec.table_schema,
-                spec.table_name,
-                lambda spec=spec: capture.guard_inserted_vectors(conn, spec),  # type: ignore[misc]
-            )
-        except (psycopg.errors.InsufficientPrivilege, DatabaseError) as exc:
+            ddl.retrying_locks(conn, spec.table_schema, spec.table_name, guard)
+        except psycopg.errors.InsufficientPrivilege as exc:
             said.append(
                 f"model {spec.name}: a vector an INSERT brings into {where} is kept until its "
                 f"owner runs `pgembed alter-table {where} 'SELECT 1'` ({db.first_line(exc)})"
-                if isinstance(exc, psycopg.Error)
-                else f"model {spec.name}: {exc}; run `pgembed migrate` again"
             )
-            continue
-        said.append(f"model {spec.name}: a vector an INSERT brings into {where} is now cleared")
+        except DatabaseError as exc:  # the table stayed busy
+            said.append(f"model {spec.name}: {exc}; run `pgembed migrate` again")
+        else:
+            said.append(f"model {spec.name}: a vector an INSERT brings into {where} is now cleared")
     return said

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -278,22 +279,30 @@ def test_the_callers_settings_are_put_back_on_either_path(
         assert (shown(), index_scans(real)) == (before, scans + 2)  # it came short: the strict scan
 
 
+@contextmanager
+def as_tenant(conn: psycopg.Connection, url: str, rows: str) -> Iterator[None]:
+    """In a transaction rolled back after: `reviews` under a policy that shows a new reader role
+    only `rows` (an SQL condition), and the session as that role."""
+    roles.create(conn)
+    with role_maker(url) as make, conn.transaction(force_rollback=True):
+        tenant = make("tenant", f"IN ROLE {roles.READER}")
+        conn.execute(sql.SQL("GRANT SELECT ON reviews TO {}").format(sql.Identifier(tenant)))
+        conn.execute("ALTER TABLE reviews ENABLE ROW LEVEL SECURITY")
+        conn.execute(f"CREATE POLICY few ON reviews USING ({rows})")  # rows: this module's
+        conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(tenant)))
+        yield
+        conn.execute("RESET ROLE")
+
+
 def test_a_tenant_that_sees_few_rows_gets_k_of_them_best_first(
     real: psycopg.Connection, real_url: str, queries: list[Vector]
 ) -> None:
     """Under row-level security a tenant who sees 1 % of the rows searches without a filter:
     pgembed.search skips its single walk there (it would nearly always come short) and returns
     k of the tenant's rows, nearest first, as an exact search of them does."""
-    roles.create(real)
-    with role_maker(real_url) as make, real.transaction(force_rollback=True):
-        tenant = make("tenant", f"IN ROLE {roles.READER}")
-        real.execute(sql.SQL("GRANT SELECT ON reviews TO {}").format(sql.Identifier(tenant)))
-        real.execute("ALTER TABLE reviews ENABLE ROW LEVEL SECURITY")
-        real.execute("CREATE POLICY few ON reviews USING (cat < 10)")
-        real.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(tenant)))
+    with as_tenant(real, real_url, "cat < 10"):
         assert real.execute("SELECT row_security_active('reviews')").fetchone() == (True,)
         found = search(real, queries[0], None)
-        real.execute("RESET ROLE")
     assert best_first([value for _, value in found])
     best = exact(real, queries[0], "cat < 10")
     assert len(found) == 10 and recall([key for key, _ in found], best) >= 0.9
@@ -313,15 +322,9 @@ def test_a_walk_that_stops_short_without_a_filter_is_made_up_by_an_exact_scan(
         real.execute("SET LOCAL hnsw.max_scan_tuples = 1")
         real.execute("SET LOCAL pgembed.ef_search = 20")
         assert [key for key, _ in search(real, q, None, k=1000)] == exact(real, q, k=1000)
-    roles.create(real)
-    with role_maker(real_url) as make, real.transaction(force_rollback=True):
-        tenant = make("tenant", f"IN ROLE {roles.READER}")
-        real.execute(sql.SQL("GRANT SELECT ON reviews TO {}").format(sql.Identifier(tenant)))
-        real.execute("ALTER TABLE reviews ENABLE ROW LEVEL SECURITY")
-        real.execute(f"CREATE POLICY few ON reviews USING ({tenant_rows})")
+    with as_tenant(real, real_url, tenant_rows):
         real.execute("SET LOCAL hnsw.max_scan_tuples = 1")
         real.execute("SET LOCAL pgembed.ef_search = 20")
-        real.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(tenant)))
         found = {k: search(real, q, None, k=k) for k in (20, 1000)}
         first = found[20][0][0]
         similar = real.execute(
@@ -333,7 +336,6 @@ def test_a_walk_that_stops_short_without_a_filter_is_made_up_by_an_exact_scan(
         ).fetchall()
         # Sequential scans were turned off around the dynamic path's walk, and back on after.
         assert real.execute("SHOW enable_seqscan").fetchone() == ("on",)
-        real.execute("RESET ROLE")
     for k, hits in found.items():
         assert [key for key, _ in hits] == exact(real, q, tenant_rows, k=k), k
     assert len(found[1000]) == 25

@@ -1092,19 +1092,15 @@ BEGIN
             -- rows, as the raw statement is (a LIMIT parameter would be costed as 10 %% of the
             -- table, and sorting the table would win); the outer LIMIT stops the scan after k
             -- rows.
-            IF current_setting('hnsw.ef_search')::integer >= k
-               AND NOT row_security_active(%7$L) THEN
-                done := set_config('hnsw.iterative_scan', 'off', true);
+            FOREACH walking IN ARRAY ARRAY['off', 'strict_order'] LOOP
+                CONTINUE WHEN walking = 'off' AND (current_setting('hnsw.ef_search')::integer < k
+                                                   OR row_security_active(%7$L));
+                EXIT WHEN coalesce(cardinality(keys), 0) >= k;
+                done := set_config('hnsw.iterative_scan', walking, true);
                 IF k <= 10 THEN%4$s
                 ELSE%5$s
                 END IF;
-            END IF;
-            IF coalesce(cardinality(keys), 0) < k THEN
-                done := set_config('hnsw.iterative_scan', 'strict_order', true);
-                IF k <= 10 THEN%4$s
-                ELSE%5$s
-                END IF;
-            END IF;
+            END LOOP;
             -- A SET clause restores only the settings it names: put back the caller's (an
             -- error needs nothing, the rollback does it).
             done := set_config('hnsw.iterative_scan', scan, true);
@@ -1162,6 +1158,7 @@ DECLARE
     scan text;
     seq text;
     done text;
+    walking text;
     exact boolean;
 BEGIN
     IF (filter IS NOT NULL AND jsonb_typeof(filter) <> 'null') OR k IS NULL OR k < 1

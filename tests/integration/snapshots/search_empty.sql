@@ -21,6 +21,7 @@ DECLARE
     scan text;
     seq text;
     done text;
+    walking text;
     exact boolean;
 BEGIN
     IF (filter IS NOT NULL AND jsonb_typeof(filter) <> 'null') OR k IS NULL OR k < 1
