@@ -123,9 +123,10 @@ def is_local(conn: psycopg.Connection) -> bool:
         return False
 
 
-def first_line(exc: BaseException) -> str:
-    """The first non-empty line of an error, without libpq's repeated context. The server quotes
-    a value it refuses whole (a 200,000-character key): a long quoted value keeps its start."""
+def first_line(exc: BaseException | str) -> str:
+    """The first non-empty line of an error (or of its detail), without libpq's repeated context.
+    The server quotes a value it refuses whole (a 200,000-character key): a long quoted value
+    keeps its start."""
     for line in str(exc).splitlines():
         if line.strip():
             return _QUOTE.sub(_shorten, line.strip())
@@ -144,12 +145,16 @@ def _shorten(value: re.Match[str]) -> str:
 
 def describe(exc: psycopg.Error) -> DatabaseError:
     """Turn a driver error into pgembed's one-line error; a privilege the role lacks says where
-    each role's grants are given (PostgreSQL names the object, not the command's role)."""
+    each role's grants are given (PostgreSQL names the object, not the command's role), and an
+    object that cannot be dropped says what depends on it (PostgreSQL puts that in the detail)."""
     if exc.sqlstate == "42501" and first_line(exc).startswith("permission denied"):
         return DatabaseError(
             f'database error: {first_line(exc)} (the README\'s "Roles" says which role '
             "runs each command and what it needs)"
         )
+    detail = exc.diag.message_detail if exc.sqlstate == "2BP01" else None
+    if detail:
+        return DatabaseError(f"database error: {first_line(exc)} ({first_line(detail)})")
     return DatabaseError(f"database error: {first_line(exc)}")
 
 

@@ -18,7 +18,9 @@ import psycopg
 import pytest
 from pgvector import Vector as PgVector
 from pgvector.sqlalchemy import Vector
+from psycopg import sql
 from psycopg.types.json import Jsonb
+from roles_helpers import role_maker
 from sqlalchemy import create_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
@@ -239,6 +241,33 @@ def test_reindex_into_chunks_and_remove(conn: psycopg.Connection, url: str) -> N
     result = cli("--database-url", url, "model", "remove", "first")
     assert result.exit_code == 0, result.output
     assert conn.execute("SELECT to_regclass('pgembed_first_chunks')").fetchone() == (None,)
+
+
+def test_a_new_owner_of_schema_pgembed_keeps_its_chunk_tables(
+    conn: psycopg.Connection, url: str
+) -> None:
+    """`ALTER SCHEMA pgembed OWNER TO` leaves pgembed's tables with the role that made them: their
+    chunk tables stay pgembed's, so searches read them and `model remove` drops them. A chunk
+    table handed to another role is not pgembed's: remove stops with one line that says what
+    holds the vector column."""
+    with role_maker(url) as make:
+        heir, stranger = make("heir"), make("stranger")
+        conn.execute(sql.SQL("ALTER SCHEMA pgembed OWNER TO {}").format(sql.Identifier(heir)))
+        with pgembed.Client(url) as client:
+            query = tail_sentence(LONG[7]["text"])
+            assert client.search("whole", query, k=1)[0].key == int(LONG[7]["id"])
+        result = cli("--database-url", url, "model", "alter", "first", "--long-texts", "chunk")
+        assert result.exit_code == 0, result.output  # its chunk table is the heir's
+        conn.execute(
+            sql.SQL("ALTER TABLE pgembed_first_chunks OWNER TO {}").format(sql.Identifier(stranger))
+        )
+        result = cli("--database-url", url, "model", "remove", "first")
+        assert result.exit_code == 1, result.output
+        assert "depends on column embedding_first" in result.output, result.output
+        assert conn.execute("SELECT count(*) FROM pgembed.models").fetchone() == (2,)
+        result = cli("--database-url", url, "model", "remove", "whole")
+        assert result.exit_code == 0, result.output
+        assert conn.execute("SELECT to_regclass('pgembed_whole_chunks')").fetchone() == (None,)
 
 
 def test_a_big_table_searches_both_indexes_and_filters_return_k(db_url: str) -> None:
