@@ -4,9 +4,11 @@ read, and pools. Finding the URL (perhaps starting the embedded server) is `loca
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -99,9 +101,11 @@ def _configure(conn: psycopg.Connection) -> None:
     register_vector(conn)
 
 
-async def _configure_async(conn: psycopg.AsyncConnection) -> None:
+async def _configure_async(conn: psycopg.AsyncConnection, timeout_ms: int = 0) -> None:
     await _pin_async(conn)
     await register_vector_async(conn)
+    if timeout_ms:
+        await conn.execute(sqlfiles.get("session", "statement_timeout"), {"ms": str(timeout_ms)})
 
 
 @contextmanager
@@ -168,12 +172,14 @@ def pool(url: str, max_size: int = defaults.POOL_MAX_SIZE) -> ConnectionPool[psy
 
 
 def async_pool(
-    url: str, max_size: int = defaults.POOL_MAX_SIZE
+    url: str, max_size: int = defaults.POOL_MAX_SIZE, *, statement_timeout: float = 0
 ) -> AsyncConnectionPool[psycopg.AsyncConnection]:
     """The same for asyncio: autocommit `psycopg.AsyncConnection`s with pgvector's types; opened
-    (inside the event loop) with `await pool.open()`."""
+    (inside the event loop) with `await pool.open()`. A `statement_timeout` (seconds; 0: none)
+    cancels each statement that runs longer."""
     options = _pool_options(max_size)
-    return AsyncConnectionPool(url, configure=_configure_async, name="pgembed-async", **options)
+    configure = partial(_configure_async, timeout_ms=math.ceil(statement_timeout * 1000))
+    return AsyncConnectionPool(url, configure=configure, name="pgembed-async", **options)
 
 
 def check_pool_size(max_size: int) -> None:

@@ -71,6 +71,14 @@ log = logging.getLogger("pgembed.serve")
     help="Milliseconds an idle encoder waits for more queries to batch with a first one.",
 )
 @click.option(
+    "--statement-timeout",
+    type=click.FloatRange(0, None),
+    default=defaults.SERVE_STATEMENT_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="A search statement running longer is stopped and answered 504 (0: no limit).",
+)
+@click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
 @pass_app
@@ -83,6 +91,7 @@ def serve_cmd(
     max_in_flight: int,
     batch_size: int,
     batch_wait_ms: float,
+    statement_timeout: float,
     log_format: str,
 ) -> None:
     """Search over HTTP: POST /search, GET /models, GET /healthz, a search page at /.
@@ -93,7 +102,13 @@ def serve_cmd(
     from pgembed.serve.server import SearchServer
 
     setup_logging(log_format)
-    api = Api(app.url, model_names, max_batch=batch_size, max_wait=batch_wait_ms / 1000)
+    api = Api(
+        app.url,
+        model_names,
+        max_batch=batch_size,
+        max_wait=batch_wait_ms / 1000,
+        statement_timeout=statement_timeout,
+    )
     try:
         server = SearchServer(
             api, host, port, allowed_hosts=allowed_hosts, max_in_flight=max_in_flight

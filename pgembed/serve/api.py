@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from pgembed import db, migrate
+from pgembed import db, defaults, migrate
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
@@ -42,6 +42,7 @@ from pgembed.search.planner import SearchRequest
 
 log = logging.getLogger("pgembed.serve")
 _T = TypeVar("_T")
+_E = TypeVar("_E", bound=BaseException)
 
 MAX_K = planner.MAX_K  # as `pgembed query -k`
 # Waiting longer than this for a connection means the database is down (or every connection
@@ -186,6 +187,14 @@ def _is_request_error(cause: BaseException | None) -> bool:
     return cause.sqlstate[:2] in ("22", "42") and cause.sqlstate != "42501"
 
 
+def _found(exc: BaseException, kind: type[_E]) -> _E | None:
+    """`exc` or the first error of its chain (a translation's cause or context) of that kind."""
+    seen: BaseException | None = exc
+    while seen is not None and not isinstance(seen, kind):
+        seen = seen.__cause__ or seen.__context__
+    return seen
+
+
 def model_info(spec: ModelSpec) -> dict[str, Any]:
     return {
         "name": spec.name,
@@ -206,7 +215,9 @@ class Api:
     `models`: the only models served (each must exist); empty: every model of the catalog,
     those added later included (loaded on their first search). Query texts are encoded in
     batches (search/batching.py) of at most `max_batch`, an idle encoder waiting at most
-    `max_wait` seconds for companions.
+    `max_wait` seconds for companions. A statement that runs longer than `statement_timeout`
+    seconds (0: no limit) is cancelled, so that a search reading most of a big table (a hybrid
+    text of a word most rows have) cannot hold one of the pool's connections for minutes.
     """
 
     def __init__(
@@ -216,6 +227,7 @@ class Api:
         *,
         max_batch: int = batching.MAX_BATCH,
         max_wait: float = batching.MAX_WAIT,
+        statement_timeout: float = defaults.SERVE_STATEMENT_TIMEOUT,
     ) -> None:
         self._only = tuple(models)
         with db.connection(url) as conn:
@@ -230,10 +242,11 @@ class Api:
         self._url = url
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection] | None = None
         self.acquire_timeout = ACQUIRE_TIMEOUT  # what plan.execute_async waits for a connection
+        self.statement_timeout = statement_timeout
 
     async def open(self) -> None:
         """Open the pool, in the event loop that serves (its connections are made meanwhile)."""
-        pool = db.async_pool(self._url, POOL_SIZE)
+        pool = db.async_pool(self._url, POOL_SIZE, statement_timeout=self.statement_timeout)
         pool.timeout = self.acquire_timeout
         await pool.open()
         self._pool = pool
@@ -259,10 +272,20 @@ class Api:
 
     async def _said_busy(self, work: Awaitable[_T]) -> _T:
         """`work`, with no connection free in time said as the server's being busy (every
-        connection taken), not as the database being unavailable."""
+        connection taken), not as the database being unavailable, and a statement the server
+        cancelled (the statement timeout) as a 504: the same request would time out again."""
         try:
             return await work
         except Exception as exc:
+            cancelled = _found(exc, psycopg.errors.QueryCanceled)
+            if cancelled is not None:
+                limit = f"{self.statement_timeout:g} s" if self.statement_timeout else "none"
+                raise ApiError(
+                    504,
+                    f"the search was stopped: {db.first_line(cancelled)} (the server's statement "
+                    f"timeout: {limit}; a filter, a smaller k or fewer common words in a hybrid "
+                    "text make it shorter)",
+                ) from None
             if self._all_busy(exc):
                 pool = self._ready()
                 raise ApiError(
@@ -277,11 +300,8 @@ class Api:
         """Whether `exc` is no connection within the timeout (plan.errors' translation of it too)
         while every one of the pool's connections is taken. The pool counts a connection it is
         making again (after the database went away) as taken, so the message names both."""
-        seen: BaseException | None = exc
-        while seen is not None and not isinstance(seen, PoolTimeout):
-            seen = seen.__cause__ or seen.__context__
         pool = self._pool
-        if seen is not None and pool is not None:
+        if _found(exc, PoolTimeout) is not None and pool is not None:
             stats = pool.get_stats()
             in_use = stats.get("pool_size", 0) - stats.get("pool_available", 0)
             return in_use >= pool.max_size

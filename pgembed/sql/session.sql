@@ -12,6 +12,10 @@ SELECT pg_catalog.set_config('datestyle', 'ISO, MDY', false),
        pg_catalog.set_config('extra_float_digits', '1', false),
        pg_catalog.set_config('bytea_output', 'hex', false);
 
+-- name: statement_timeout
+-- A limit on each statement of the session (milliseconds, as text), for `pgembed serve`'s pool.
+SELECT pg_catalog.set_config('statement_timeout', %(ms)s, false);
+
 -- name: vector_schema
 -- Where pgvector lives: its type is looked up by this schema, not through search_path.
 SELECT n.nspname FROM pg_catalog.pg_extension e

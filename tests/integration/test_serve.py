@@ -292,6 +292,34 @@ def test_every_connection_in_use_is_503_busy(server: SearchServer, shop_url: str
     assert [s for s, _ in first] == [200] * serve_api.POOL_SIZE
 
 
+def test_a_search_past_the_statement_timeout_is_504_and_frees_its_connection(
+    shop_url: str,
+) -> None:
+    """A search that waits on a lock for longer than the server's statement timeout is stopped:
+    a 504 that names the timeout, no statement left waiting, and the next search is answered."""
+    api = Api(shop_url, statement_timeout=0.5)
+    api.warm()
+    served = SearchServer(api, "127.0.0.1", 0)
+    served.start()
+    body = {"text": "battery dies fast", "model": "minilm", "k": 3}
+    try:
+        with psycopg.connect(shop_url) as locker:
+            locker.execute("LOCK TABLE reviews IN ACCESS EXCLUSIVE MODE")
+            stopped = call(f"{served.url}/search", body)
+            waiting = locker.execute(
+                "SELECT count(*) FROM pg_locks WHERE relation = 'reviews'::regclass AND NOT granted"
+            ).fetchone()
+            locker.rollback()
+        answered = call(f"{served.url}/search", body)
+    finally:
+        served.stop()
+    assert stopped[0] == 504, stopped
+    assert "statement timeout" in stopped[1]["error"], stopped
+    assert "statement timeout: 0.5 s" in stopped[1]["error"], stopped
+    assert waiting == (0,)
+    assert answered[0] == 200 and len(answered[1]["hits"]) == 3, answered
+
+
 def test_a_privilege_the_role_lacks_is_403(shop_url: str) -> None:
     """A reader role without SELECT on a filtered column: 403 with PostgreSQL's one line, not
     503, which clients retry for ever."""
