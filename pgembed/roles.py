@@ -57,13 +57,23 @@ def grant_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
 
 
 def revoke_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    """The model goes: the daemon keeps only what the table's other models need (a column
-    already gone took its privileges along)."""
-    if tables.problem(conn, spec.table_schema, spec.table_name, spec.columns) is None:
-        _column_privileges(conn, spec, "REVOKE {} ON {} FROM {}")
+    """The model goes: the daemon keeps only what the table's other (healthy) models need. Its
+    privileges go by the columns it holds them on now, not by the model's names, so a text
+    column renamed since does not keep them (a column already gone took its own along)."""
+    if not _exists(conn, DAEMON):
+        return
+    where = {"schema": spec.table_schema, "name": spec.table_name}
+    held = [row[0] for row in conn.execute(sqlfiles.get("roles", "daemon_columns"), where)]
+    if held:
+        columns = sql.SQL(", ").join(sql.Identifier(c) for c in held)
+        conn.execute(
+            sql.SQL("REVOKE SELECT ({0}), UPDATE ({0}) ON {1} FROM {2}").format(
+                columns, naming.table(spec), sql.Identifier(DAEMON)
+            )
+        )
     for other in registry.all_models(conn):
         same_table = (other.table_schema, other.table_name) == (spec.table_schema, spec.table_name)
-        if same_table and other.name != spec.name:
+        if same_table and other.name != spec.name and tables.model_problem(conn, other) is None:
             grant_table(conn, other)
 
 

@@ -19,6 +19,17 @@ $do$;
 -- name: exists
 SELECT pg_catalog.to_regrole(%(role)s) IS NOT NULL;
 
+-- name: daemon_columns
+-- The columns of a table the daemon role holds privileges on, by their names now (a model's
+-- column renamed since keeps its privileges under the new name).
+SELECT DISTINCT a.attname
+FROM pg_catalog.pg_attribute a, pg_catalog.aclexplode(a.attacl) x
+WHERE a.attrelid OPERATOR(pg_catalog.=)
+          pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text)::pg_catalog.regclass
+  AND x.grantee OPERATOR(pg_catalog.=) 'pgembed_daemon'::pg_catalog.regrole
+  AND NOT a.attisdropped
+ORDER BY a.attname;
+
 -- name: grant_daemon
 -- The sync daemon: the catalog to read, the queues to work, its heartbeat and batch records.
 GRANT USAGE ON SCHEMA pgembed TO pgembed_daemon;

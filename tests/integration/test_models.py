@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from helpers import cli
+from pgembed import roles
 from pgembed.catalog import naming, registry
 from pgembed.encode import embedder
 from pgembed.encode.settings import settings_of
@@ -201,6 +202,35 @@ def test_list_and_remove(reviews: psycopg.Connection, db_url: str) -> None:
         "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'pgembed_minilm\\_%%' "
         "AND tgname NOT LIKE 'pgembed_minilm_cls%%'"
     ).fetchone() == (0,)
+
+
+def daemon_privileges(conn: psycopg.Connection) -> set[tuple[str, str]]:
+    rows = conn.execute(
+        "SELECT column_name, privilege_type FROM information_schema.column_privileges "
+        "WHERE grantee = 'pgembed_daemon' AND table_name = 'reviews'"
+    ).fetchall()
+    return {(column, privilege) for column, privilege in rows}
+
+
+def test_remove_takes_back_the_daemons_grants_by_the_columns_it_holds_now(
+    reviews: psycopg.Connection, db_url: str
+) -> None:
+    """A model whose text column was renamed since is removed with the daemon role's privileges
+    on it (they follow the column's new name); the table's other model keeps its own."""
+    roles.create(reviews)
+    reviews.execute("ALTER TABLE reviews ADD COLUMN title text")
+    add(reviews, "on_body")
+    add(reviews, "on_title", column="title")
+    reviews.execute("ALTER TABLE reviews RENAME COLUMN title TO headline")
+    assert ("headline", "SELECT") in daemon_privileges(reviews)
+    removed = cli("--database-url", db_url, "model", "remove", "on_title")
+    assert removed.exit_code == 0, removed.output
+    kept = {("id", "SELECT"), ("body", "SELECT")}
+    kept |= {("embedding_on_body", "SELECT"), ("embedding_on_body", "UPDATE")}
+    assert daemon_privileges(reviews) == kept
+    removed = cli("--database-url", db_url, "model", "remove", "on_body")
+    assert removed.exit_code == 0, removed.output
+    assert daemon_privileges(reviews) == set()
 
 
 def test_cli_add_reports_and_refuses_duplicates(reviews: psycopg.Connection, db_url: str) -> None:
