@@ -47,8 +47,8 @@ def create_chunks(conn: psycopg.Connection, spec: ModelSpec) -> None:
     HNSW index (made empty: it grows as the daemon writes). No foreign key: the capture triggers
     clean it up, without a lock on the application's table per chunk written.
 
-    Owned by schema pgembed's owner, as the capture functions that clean it up run as that role
-    and accept no other table (a trigger on it would run as them)."""
+    Owned by the owner of pgembed's catalog, as the capture functions that clean it up run as
+    that role and accept no other table (a trigger on it would run as them)."""
     if not spec.chunked:
         return
     name = naming.chunk_table_name(spec)
@@ -82,7 +82,7 @@ def create_chunks(conn: psycopg.Connection, spec: ModelSpec) -> None:
         except psycopg.errors.InsufficientPrivilege:
             raise UsageError(
                 f"--long-texts chunk: add the model as {owner[0]} (who ran `pgembed migrate` "
-                "and owns schema pgembed) or a member of that role: its chunk table must be "
+                "and owns pgembed's catalog) or a member of that role: its chunk table must be "
                 f"{owner[0]}'s"
             ) from None
     conn.execute(

@@ -117,7 +117,7 @@ def exists(conn: psycopg.Connection, schema: str, name: str) -> bool:
 
 
 def own_chunks(conn: psycopg.Connection, schema: str, name: str) -> bool:
-    """Whether schema.name is pgembed's chunk table: a plain table owned by schema pgembed's
+    """Whether schema.name is pgembed's chunk table: a plain table owned by pgembed's catalog's
     owner (not a view or another role's table that took the name)."""
     row = conn.execute(sqlfiles.get("catalog", "own_chunks"), {"schema": schema, "name": name})
     return row.fetchone() == (True,)

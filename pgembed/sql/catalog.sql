@@ -101,11 +101,12 @@ SELECT pgembed._own_chunks_v1(pg_catalog.format('%%I.%%I', %(schema)s::text, %(n
     IS NOT NULL;
 
 -- name: pgembed_owner
--- The owner of schema pgembed (the role that ran `pgembed migrate`), and whether it is this role.
+-- pgembed's owner: the owner of its catalog (the role that first ran `pgembed migrate`, as its
+-- capture functions do; see pgembed._own_chunks_v1), and whether it is this role.
 SELECT r.rolname, r.rolname OPERATOR(pg_catalog.=) CURRENT_USER
-FROM pg_catalog.pg_namespace n
-JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
-WHERE n.nspname OPERATOR(pg_catalog.=) 'pgembed';
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.relowner
+WHERE c.oid OPERATOR(pg_catalog.=) 'pgembed.models'::pg_catalog.regclass;
 
 -- name: table_column_flags
 -- Whether the table is partitioned, which of its columns are NOT NULL and which GENERATED, and

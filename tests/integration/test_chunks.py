@@ -246,18 +246,25 @@ def test_reindex_into_chunks_and_remove(conn: psycopg.Connection, url: str) -> N
 def test_a_new_owner_of_schema_pgembed_keeps_its_chunk_tables(
     conn: psycopg.Connection, url: str
 ) -> None:
-    """`ALTER SCHEMA pgembed OWNER TO` leaves pgembed's tables with the role that made them: their
-    chunk tables stay pgembed's, so searches read them and `model remove` drops them. A chunk
-    table handed to another role is not pgembed's: remove stops with one line that says what
-    holds the vector column."""
+    """`ALTER SCHEMA pgembed OWNER TO` moves neither pgembed's catalog nor its functions: chunk
+    tables, old and new, stay with the catalog's owner (whom the capture functions run as), so
+    searches read them, handing the schema back breaks nothing and `model remove` drops them. A
+    chunk table handed to another role is not pgembed's: remove stops with one line that says
+    what holds the vector column."""
+    owner = conn.execute("SELECT current_user").fetchone()
+    query = tail_sentence(LONG[7]["text"])
     with role_maker(url) as make:
         heir, stranger = make("heir"), make("stranger")
         conn.execute(sql.SQL("ALTER SCHEMA pgembed OWNER TO {}").format(sql.Identifier(heir)))
         with pgembed.Client(url) as client:
-            query = tail_sentence(LONG[7]["text"])
             assert client.search("whole", query, k=1)[0].key == int(LONG[7]["id"])
         result = cli("--database-url", url, "model", "alter", "first", "--long-texts", "chunk")
-        assert result.exit_code == 0, result.output  # its chunk table is the heir's
+        assert result.exit_code == 0, result.output
+        made = "SELECT relowner::regrole::text FROM pg_class WHERE oid = 'pgembed_first_chunks'::regclass"
+        assert conn.execute(made).fetchone() == owner  # not the heir's
+        conn.execute("ALTER SCHEMA pgembed OWNER TO CURRENT_USER")  # handed back
+        with pgembed.Client(url) as client:
+            assert client.search("first", query, k=1)[0].key == int(LONG[7]["id"])
         conn.execute(
             sql.SQL("ALTER TABLE pgembed_first_chunks OWNER TO {}").format(sql.Identifier(stranger))
         )

@@ -77,17 +77,17 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 $fn$;
 
 -- pgembed's own table by this name (a quoted, qualified name), else NULL: a plain table owned by
--- the owner of schema pgembed (`model add` gives it that owner) or of its catalog. The two differ
--- after `ALTER SCHEMA pgembed OWNER TO`, which leaves the tables with the old owner; either role
--- can already replace pgembed's functions. Anything else by that name, a view or another role's
--- table put there after pgembed's was dropped, could run that role's code (a trigger, a rule, a
--- function in a view) as whoever writes or reads the chunks.
+-- the owner of pgembed's catalog, the role the capture functions run as (`model add` gives it
+-- that owner). Anything else by that name, a view or another role's table put there after
+-- pgembed's was dropped, could run that role's code (a trigger, a rule, a function in a view) as
+-- whoever writes or reads the chunks. Not the owner of schema pgembed: `ALTER SCHEMA pgembed
+-- OWNER TO` moves neither the catalog nor the functions, and a chunk table of the new schema
+-- owner's would run its triggers as the functions' owner.
 CREATE OR REPLACE FUNCTION pgembed._own_chunks_v1(chunks text) RETURNS regclass
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT c.oid::regclass FROM pg_class c
     WHERE c.oid = to_regclass(chunks) AND c.relkind = 'r'
-      AND c.relowner IN ((SELECT n.nspowner FROM pg_namespace n WHERE n.nspname = 'pgembed'),
-                         (SELECT k.relowner FROM pg_class k WHERE k.oid = 'pgembed.models'::regclass))
+      AND c.relowner = (SELECT k.relowner FROM pg_class k WHERE k.oid = 'pgembed.models'::regclass)
 $fn$;
 
 -- A chunked model's chunk table, named by the trigger's argument (NULL: the model does not chunk).
