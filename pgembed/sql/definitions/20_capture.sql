@@ -277,9 +277,13 @@ $fn$;
 -- apply: the vector is cleared in the row write, as the update trigger clears one written by
 -- hand. Its key is queued by the insert trigger (when it has text), so the row gets the vector of
 -- its own text, and a row without text none. A vector column renamed since: a warning, as the
--- other capture triggers give. Arguments: model, vector column.
+-- other capture triggers give. Arguments: model, vector column. SECURITY DEFINER as the others:
+-- a writer has no USAGE on schema pgembed, whose _missing_column_v1 it calls (an audit's writer
+-- got "permission denied for schema pgembed" for an INSERT ... SELECT * that carried vectors).
+-- jsonb_populate_record runs no type's input function but the vector's (NULL): the other
+-- columns are NEW's, as they are.
 CREATE OR REPLACE FUNCTION pgembed.capture_insert_vector_v1() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     missing text := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], TG_ARGV[1:1]);
 BEGIN
