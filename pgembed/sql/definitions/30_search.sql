@@ -577,15 +577,18 @@ $fn$;
 
 -- Whether an index walk without a filter that gave `found` of the `wanted` rows may have missed
 -- rows the caller may read, so that they are read exactly: under row-level security that applies
--- to the caller (the walk stops at hnsw.max_scan_tuples among rows it may not see), else when the
--- statistics count more rows with a vector than it found, by more than their error (a large k;
--- none kept yet: maybe). Not when the table has no more vectors (1M rows of which 30 have a
--- text: no scan of 1M rows at each search).
+-- to the caller (the walk stops at hnsw.max_scan_tuples among rows it may not see); when it found
+-- half of hnsw.max_scan_tuples or more (it may have stopped there: statistics taken before a
+-- backfill say the column is all NULL); else when the statistics count more rows with a vector
+-- than it found, by more than their error (a large k; none kept yet: maybe). Not when the table
+-- has no more vectors (1M rows of which 30 have a text: no scan of 1M rows at each search).
 CREATE OR REPLACE FUNCTION pgembed._came_short_v1(m pgembed.models, found integer, wanted bigint)
 RETURNS boolean
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT found < wanted AND (
         row_security_active(format('%I.%I', m.table_schema, m.table_name))
+        OR found >= coalesce(nullif(current_setting('hnsw.max_scan_tuples', true), '')::bigint,
+                             20000) / 2
         OR coalesce((SELECT c.reltuples * (1 - s.null_frac) > found * 1.01 + 1
                      FROM pg_class c, pg_stats s
                      WHERE c.oid = format('%I.%I', m.table_schema, m.table_name)::regclass
