@@ -260,7 +260,7 @@ def test_a_new_owner_of_schema_pgembed_keeps_its_chunk_tables(
             assert client.search("whole", query, k=1)[0].key == int(LONG[7]["id"])
         result = cli("--database-url", url, "model", "alter", "first", "--long-texts", "chunk")
         assert result.exit_code == 0, result.output
-        made = "SELECT relowner::regrole::text FROM pg_class WHERE oid = 'pgembed_first_chunks'::regclass"
+        made = "SELECT relowner::regrole::text FROM pg_class WHERE relname = 'pgembed_first_chunks'"
         assert conn.execute(made).fetchone() == owner  # not the heir's
         conn.execute("ALTER SCHEMA pgembed OWNER TO CURRENT_USER")  # handed back
         with pgembed.Client(url) as client:

@@ -379,7 +379,8 @@ def test_statistics_taken_before_the_backfill_do_not_cut_a_large_k_short(
         real.execute("UPDATE reviews SET embedding_minilm = NULL")
         real.execute("ANALYZE reviews")  # null_frac 1
         real.execute(
-            "UPDATE reviews r SET embedding_minilm = s.embedding_minilm FROM saved s WHERE s.id = r.id"
+            "UPDATE reviews r SET embedding_minilm = s.embedding_minilm "
+            "FROM saved s WHERE s.id = r.id"
         )
         real.execute("SET LOCAL hnsw.max_scan_tuples = 1")  # as the test above
         real.execute("SET LOCAL pgembed.ef_search = 20")
