@@ -262,11 +262,12 @@ def leftovers(conn: psycopg.Connection, name: str) -> bool:
 
 
 def guard_older_models(conn: psycopg.Connection) -> list[str]:
-    """`pgembed migrate`'s last step: models made before the trigger that clears a vector an
-    INSERT brings get it, each table in a short transaction of its own (ddl.retrying_locks), so
-    that no lock is held on an application's table for longer. One line for each model it was
-    added to or could not be (a table this role may not alter, or busy); a model whose table or
-    vector column is gone is left to `status`."""
+    """`pgembed migrate`'s last step: models made before the trigger that guards their vectors
+    (clears a vector an INSERT brings, honours pgembed.writing for the table's owner only), or
+    before it watched updates, get it, each table in a short transaction of its own
+    (ddl.retrying_locks), so that no lock is held on an application's table for longer. One
+    line for each model it was added to or could not be (a table this role may not alter, or
+    busy); a model whose table or vector column is gone is left to `status`."""
     said: list[str] = []
     for spec in registry.all_models(conn):
         row = conn.execute(
@@ -286,11 +287,14 @@ def guard_older_models(conn: psycopg.Connection) -> list[str]:
             ddl.retrying_locks(conn, spec.table_schema, spec.table_name, guard)
         except psycopg.errors.InsufficientPrivilege as exc:
             said.append(
-                f"model {spec.name}: a vector an INSERT brings into {where} is kept until its "
+                f"model {spec.name}: the vectors of {where} are guarded as before until its "
                 f"owner runs `pgembed alter-table {where} 'SELECT 1'` ({db.first_line(exc)})"
             )
         except DatabaseError as exc:  # the table stayed busy
             said.append(f"model {spec.name}: {exc}; run `pgembed migrate` again")
         else:
-            said.append(f"model {spec.name}: a vector an INSERT brings into {where} is now cleared")
+            said.append(
+                f"model {spec.name}: a vector an INSERT brings into {where} is now cleared, and "
+                "pgembed.writing is honoured for its owner only"
+            )
     return said

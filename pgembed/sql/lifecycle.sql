@@ -129,8 +129,8 @@ DELETE FROM pgembed.failures
 WHERE model = %(model)s AND key = ANY (%(forgotten)s::pg_catalog.text[]);
 
 -- name: unguarded
--- Whether a model's table and vector column are there without its insert guard trigger
--- (lifecycle/setup.py guard_older_models).
+-- Whether a model's table and vector column are there without its vector guard trigger, or with
+-- one that watches inserts only (lifecycle/setup.py guard_older_models; 16: TRIGGER_TYPE_UPDATE).
 SELECT EXISTS (
     SELECT FROM pg_catalog.pg_attribute a
     WHERE a.attrelid = pg_catalog.to_regclass(
@@ -141,4 +141,5 @@ SELECT EXISTS (
     WHERE g.tgrelid = pg_catalog.to_regclass(
               pg_catalog.format('%%I.%%I', %(schema)s::text, %(table)s::text))
       AND g.tgname OPERATOR(pg_catalog.=) %(trigger)s::text
+      AND (g.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 16) OPERATOR(pg_catalog.<>) 0
 )

@@ -171,22 +171,70 @@ def test_a_writer_with_only_its_table_privileges_inserts_vectors_that_are_cleare
     assert vectors_missing(docs) == 3 and pending(docs) == ["11", "12", "20"]
 
 
-def test_a_model_added_before_the_insert_guard_gets_it_at_migrate(
+def test_a_model_added_before_the_vector_guard_gets_it_at_migrate(
     docs: psycopg.Connection, db_url: str
 ) -> None:
-    guard = "SELECT tgenabled FROM pg_trigger WHERE tgname = 'pgembed_minilm_vec'"
-    assert docs.execute(guard).fetchall() == [("A",)]  # ALWAYS
-    docs.execute("DROP TRIGGER pgembed_minilm_vec ON docs")  # as a model of an older pgembed
-    result = cli("--database-url", db_url, "migrate")
-    assert result.exit_code == 0, result.output
-    assert "model minilm: a vector an INSERT brings into public.docs is now cleared" in (
-        result.output
+    """A model of an older pgembed (no guard), or of one whose guard watched inserts only, gets
+    the guard of inserts and updates at `pgembed migrate`, once."""
+    guard = "SELECT tgenabled, (tgtype & 4) > 0, (tgtype & 16) > 0 FROM pg_trigger "
+    guard += "WHERE tgname = 'pgembed_minilm_vec'"
+    assert docs.execute(guard).fetchall() == [("A", True, True)]  # ALWAYS, INSERT, UPDATE
+    older = (
+        "DROP TRIGGER pgembed_minilm_vec ON docs",
+        "CREATE TRIGGER pgembed_minilm_vec BEFORE INSERT ON docs FOR EACH ROW "
+        "EXECUTE FUNCTION pgembed.capture_insert_vector_v1('minilm', 'embedding_minilm')",
     )
-    assert docs.execute(guard).fetchall() == [("A",)]
+    for made in (older[:1], older):
+        for statement in made:
+            docs.execute(statement)
+        result = cli("--database-url", db_url, "migrate")
+        assert result.exit_code == 0, result.output
+        assert "model minilm: a vector an INSERT brings into public.docs is now cleared" in (
+            result.output
+        )
+        assert docs.execute(guard).fetchall() == [("A", True, True)]
     again = cli("--database-url", db_url, "migrate")
     assert again.output.strip() == "the pgembed schema is up to date"
     docs.execute("INSERT INTO docs VALUES (3, '   ', array_fill(0.5, ARRAY[384])::vector)")
     assert vectors_missing(docs) == 1
+
+
+def test_the_writing_flag_is_honoured_for_the_tables_owner_only(
+    docs: psycopg.Connection, db_url: str
+) -> None:
+    """`SET pgembed.writing = on` (the sync worker's flag) lets a member of the table's owner load
+    vectors; a writer that sets it gets an error instead of a vector that sticks (an audit's
+    forged vectors on blank rows were served for ever, and a vector-only update was never
+    queued). A text change under the flag is still captured, its vector cleared."""
+    forged = "array_fill(0.5, ARRAY[384])::vector"
+    with role_maker(db_url) as make:
+        owner, writer = make("owner"), make("writer")
+        docs.execute(sql.SQL("ALTER TABLE docs OWNER TO {}").format(sql.Identifier(owner)))
+        grant = sql.SQL("GRANT SELECT, INSERT, UPDATE ON docs TO {}")
+        docs.execute(grant.format(sql.Identifier(writer)))
+        refused = []
+        with db.connection(as_role(db_url, writer)) as conn:
+            conn.execute("SET pgembed.writing = on")
+            for statement in (
+                f"INSERT INTO docs VALUES (3, '   ', {forged})",
+                f"INSERT INTO docs VALUES (4, NULL, {forged})",
+                f"UPDATE docs SET embedding_minilm = {forged} WHERE id = 1",
+            ):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege) as caught:
+                    conn.execute(statement)
+                refused.append(str(caught.value))
+            conn.execute(f"UPDATE docs SET body = 'a new text', embedding_minilm = {forged} "
+                         "WHERE id = 2")  # fmt: skip
+        assert vectors_missing(docs) == 1 and pending(docs) == ["2"]
+        with db.connection(as_role(db_url, owner)) as conn:
+            conn.execute("SET pgembed.writing = on")
+            conn.execute(f"INSERT INTO docs VALUES (5, 'loaded', {forged})")
+            conn.execute(f"UPDATE docs SET embedding_minilm = {forged} WHERE id = 1")
+        # Kept; an inserted row with text is queued all the same (the insert trigger).
+        assert vectors_missing(docs) == 1 and pending(docs) == ["2", "5"]
+        docs.execute("ALTER TABLE docs OWNER TO CURRENT_USER")
+    assert refused[0].startswith(f"pgembed model minilm: role {writer} may not write vectors")
+    assert len(set(refused)) == 1
 
 
 def test_replica_mode_writes_are_captured(docs: psycopg.Connection) -> None:

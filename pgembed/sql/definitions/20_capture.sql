@@ -273,22 +273,42 @@ BEGIN
 END
 $fn$;
 
--- A row inserted with a vector by anyone but the sync worker (pgembed.writing) or a replication
--- apply: the vector is cleared in the row write, as the update trigger clears one written by
--- hand. Its key is queued by the insert trigger (when it has text), so the row gets the vector of
--- its own text, and a row without text none. A vector column renamed since: a warning, as the
--- other capture triggers give. Arguments: model, vector column. SECURITY DEFINER as the others:
--- a writer has no USAGE on schema pgembed, whose _missing_column_v1 it calls (an audit's writer
--- got "permission denied for schema pgembed" for an INSERT ... SELECT * that carried vectors).
--- jsonb_populate_record runs no type's input function but the vector's (NULL): the other
--- columns are NEW's, as they are.
+-- A vector an INSERT brings or an UPDATE writes (its trigger's WHEN: not NULL, not a replication
+-- apply). pgembed.writing says the sync worker writes it, or the table's owner loads vectors made
+-- elsewhere: honoured for a member of the table's owner (a superuser is one; the worker writes as
+-- the owner, or as itself a member of pgembed_daemon when the owner is a superuser) or of
+-- pgembed_daemon only, else the statement fails, so that a writer cannot make a vector stick by setting it (an audit's forged
+-- vectors on blank rows were served for ever). Without the flag, an INSERT's vector is cleared in
+-- the row write (its key is queued by the insert trigger when it has text, so the row gets the
+-- vector of its own text, and a row without text none); an UPDATE's is the update trigger's to
+-- clear and queue. A vector column renamed since: a warning, as the other capture triggers give.
+-- Arguments: model, vector column. Run as the writer, to know who writes: it reads pg_catalog
+-- only, since a writer has no USAGE on schema pgembed; jsonb_populate_record runs no type's
+-- input function but the vector's (NULL), the other columns are NEW's as they are.
 CREATE OR REPLACE FUNCTION pgembed.capture_insert_vector_v1() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    missing text := pgembed._missing_column_v1(TG_RELID, TG_ARGV[0], TG_ARGV[1:1]);
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
-    IF missing IS NOT NULL THEN
-        RAISE WARNING '%', missing;
+    IF current_setting('pgembed.writing', true) = 'on' THEN
+        IF pg_has_role(current_user, (SELECT c.relowner FROM pg_class c WHERE c.oid = TG_RELID),
+                       'MEMBER')
+           OR coalesce(pg_has_role(current_user, to_regrole('pgembed_daemon'), 'MEMBER'), false)
+        THEN
+            RETURN NEW;
+        END IF;
+        RAISE EXCEPTION 'pgembed model %: role % may not write vectors into % with '
+            'pgembed.writing = on (the sync worker''s flag, and its owner''s): write the rows '
+            'without vectors, pgembed embeds them', TG_ARGV[0], current_user, TG_RELID::regclass
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF TG_OP = 'UPDATE' THEN
+        RETURN NEW;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_attribute a
+                   WHERE a.attrelid = TG_RELID AND a.attname = TG_ARGV[1] AND a.attnum > 0
+                     AND NOT a.attisdropped) THEN
+        RAISE WARNING 'pgembed model %: table % has no column % any more (renamed or dropped?), '
+            'so this change was not captured: rename it back, or `pgembed model remove %`',
+            TG_ARGV[0], TG_RELID::regclass, quote_ident(TG_ARGV[1]), TG_ARGV[0];
         RETURN NEW;
     END IF;
     NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[1], NULL));
@@ -301,19 +321,19 @@ REVOKE EXECUTE ON FUNCTION pgembed.capture_insert_v1(), pgembed.capture_update_v
     pgembed.capture_insert_vector_v1() FROM PUBLIC;
 
 -- The trigger of capture_insert_vector_v1 on a model's table (capture.py makes it with the
--- model's other triggers, and for models made before it at `pgembed migrate`): a row trigger
--- whose WHEN lets every insert without a vector, a bulk COPY's rows, pass without a call. Firing
--- ALWAYS, as the others (not under a replication apply: its WHEN says so). Run as the caller
--- (PUBLIC may call it): only the table's owner may make triggers on it.
+-- model's other triggers, and for models made before it, or before it watched updates, at
+-- `pgembed migrate`): a row trigger whose WHEN lets every row without a vector, a bulk COPY's
+-- rows, pass without a call. Firing ALWAYS, as the others (not under a replication apply: its
+-- WHEN says so). Run as the caller (PUBLIC may call it): only the table's owner may make
+-- triggers on it.
 CREATE OR REPLACE FUNCTION pgembed._guard_inserted_vectors_v1(
     model text, table_schema text, table_name text, trigger_name text, vector_column text
 ) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
     EXECUTE format(
-        'CREATE OR REPLACE TRIGGER %1$I BEFORE INSERT ON %2$I.%3$I FOR EACH ROW '
-        'WHEN (NEW.%4$I IS NOT NULL '
-        'AND pg_catalog.current_setting(''pgembed.writing'', true) IS DISTINCT FROM ''on'' '
+        'CREATE OR REPLACE TRIGGER %1$I BEFORE INSERT OR UPDATE OF %4$I ON %2$I.%3$I '
+        'FOR EACH ROW WHEN (NEW.%4$I IS NOT NULL '
         'AND pg_catalog.current_setting(''session_replication_role'') <> ''replica'') '
         'EXECUTE FUNCTION pgembed.capture_insert_vector_v1(%5$L, %4$L)',
         trigger_name, table_schema, table_name, vector_column, model);
