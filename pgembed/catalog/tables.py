@@ -28,6 +28,7 @@ class TableInfo:
     generated: frozenset[str] = frozenset()  # GENERATED ALWAYS AS (...) columns
     partitioned: bool = False
     partition_of: str | None = None  # the partitioned table this one is a partition of
+    children: tuple[str, ...] = ()  # its inheritance children (INHERITS), not partitions
     untrusted: dict[str, str] = field(default_factory=dict)  # column -> type a user owns
 
 
@@ -51,9 +52,10 @@ def inspect(conn: psycopg.Connection, schema: str, name: str) -> TableInfo:
         primary,
         unique,
         not_null=frozenset(column for _, column, not_null, *_ in flags if not_null),
-        generated=frozenset(column for _, column, _, generated, _ in flags if generated),
+        generated=frozenset(column for _, column, _, generated, *_ in flags if generated),
         partitioned=any(partitioned for partitioned, *_ in flags),
-        partition_of=next((parent for *_, parent in flags if parent), None),
+        partition_of=next((parent for *_, parent, _ in flags if parent), None),
+        children=tuple(next((children for *_, children in flags if children), ())),
         untrusted=dict(conn.execute(sqlfiles.get("catalog", "untrusted_columns"), oid).fetchall()),
     )
 
@@ -93,7 +95,10 @@ def is_table(conn: psycopg.Connection, schema: str, name: str) -> bool:
 def watchable(info: TableInfo) -> TableInfo:
     """`info`, if pgembed can watch the table: a partitioned one needs per-partition indexes
     and CREATE INDEX CONCURRENTLY (full-text, reindex, alter), which pgembed does not do; a
-    partition cannot have a column of its own (the model's vector)."""
+    partition cannot have a column of its own (the model's vector). A table with inheritance
+    children is read with their rows, which its capture triggers do not see."""
+    if info.children:
+        raise UsageError(inherited(info.schema, info.name, info.children))
     if info.partitioned:
         what = "is partitioned"
     elif info.partition_of:
@@ -106,6 +111,15 @@ def watchable(info: TableInfo) -> TableInfo:
         "indexes concurrently, which PostgreSQL refuses on one); embed a plain table of the key "
         "and the text instead: one the application writes beside it, or a copy (`CREATE TABLE t "
         "AS SELECT key, text FROM ...; ALTER TABLE t ADD PRIMARY KEY (key)`)"
+    )
+
+
+def inherited(schema: str, name: str, children: tuple[str, ...]) -> str:
+    return (
+        f"table {schema}.{name} has inheritance children ({', '.join(children)}): not "
+        "supported (every query of it reads their rows too, which its triggers do not capture: "
+        "their text changes would keep old vectors); watch each table of its own, or detach them "
+        "(`ALTER TABLE child NO INHERIT parent`)"
     )
 
 
@@ -212,6 +226,8 @@ def problem(conn: psycopg.Connection, schema: str, name: str, columns: list[str]
         info = inspect(conn, schema, name)
     except (NotFoundError, UsageError):  # gone, or another relation of that name now
         return f"table {schema}.{name} no longer exists (dropped or renamed)"
+    if info.children:  # made after `model add`, which refuses them
+        return inherited(schema, name, info.children)
     missing = [column for column in columns if column not in info.columns]
     if missing:
         return (

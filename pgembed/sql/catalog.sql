@@ -109,14 +109,21 @@ JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.relowner
 WHERE c.oid OPERATOR(pg_catalog.=) 'pgembed.models'::pg_catalog.regclass;
 
 -- name: table_column_flags
--- Whether the table is partitioned, which of its columns are NOT NULL and which GENERATED, and
--- the partitioned table it is a partition of (quoted, qualified), if any.
+-- Whether the table is partitioned, which of its columns are NOT NULL and which GENERATED, the
+-- partitioned table it is a partition of (quoted, qualified), if any, and its inheritance
+-- children (INHERITS; not partitions), if any.
 SELECT c.relkind = 'p', a.attname, a.attnotnull, a.attgenerated IN ('s', 'v'),
        (SELECT pg_catalog.format('%%I.%%I', pn.nspname, pc.relname)
         FROM pg_catalog.pg_inherits i
         JOIN pg_catalog.pg_class pc ON pc.oid = i.inhparent
         JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace
-        WHERE c.relispartition AND i.inhrelid = c.oid)
+        WHERE c.relispartition AND i.inhrelid = c.oid),
+       (SELECT pg_catalog.array_agg(pg_catalog.format('%%I.%%I', kn.nspname, k.relname)
+                                    ORDER BY kn.nspname, k.relname)
+        FROM pg_catalog.pg_inherits i
+        JOIN pg_catalog.pg_class k ON k.oid = i.inhrelid
+        JOIN pg_catalog.pg_namespace kn ON kn.oid = k.relnamespace
+        WHERE i.inhparent = c.oid AND NOT k.relispartition)
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 WHERE c.oid = %(oid)s::pg_catalog.oid;

@@ -72,6 +72,22 @@ def test_a_partitioned_table_is_refused_with_advice_that_works(
     assert pgembed.sync_once(database_url=db_url).written == 1
 
 
+def test_a_table_with_inheritance_children_is_refused(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    """A query of the parent reads its children's rows, whose writes its triggers never see."""
+    conn.execute("CREATE TABLE public.par (id int PRIMARY KEY, body text)")
+    conn.execute("CREATE TABLE public.chi () INHERITS (public.par)")
+    result = cli(
+        "--database-url", db_url, "model", "add", "m", "--table", "par", "--column", "body"
+    )
+    assert result.exit_code == 2, result.output
+    assert "public.par has inheritance children (public.chi): not supported" in result.output
+    assert result.output.count("\n") == 1 and not registry.exists(conn, "m")
+    conn.execute("ALTER TABLE public.chi NO INHERIT public.par")  # the advice works
+    add(conn, "m", "par", "body")
+
+
 @pytest.mark.parametrize("kind", ["STORED", "VIRTUAL"])
 def test_a_generated_text_column_is_refused(conn: psycopg.Connection, kind: str) -> None:
     conn.execute(
@@ -93,6 +109,12 @@ BREAKAGES = {
     "renamed text column": (
         "ALTER TABLE public.reviews RENAME COLUMN body TO content",
         "has no column 'body' any more",
+    ),
+    # Its rows are read with the table's, but not captured (an audit's child row kept the vector
+    # of its old text for ever).
+    "an inheritance child": (
+        "CREATE TABLE public.more_reviews () INHERITS (public.reviews)",
+        "has inheritance children (public.more_reviews): not supported",
     ),
 }
 
@@ -171,7 +193,9 @@ def test_rows_written_while_the_text_column_was_renamed_are_embedded_after_it_is
         assert client.search("minilm", "Now it squeaks.", k=1)[0].key == 1
 
 
-@pytest.mark.parametrize("breakage", BREAKAGES)
+# Those a search cannot read past (an inheritance child's rows are read with the table's: the
+# search goes on, while the daemon skips the model and status says why).
+@pytest.mark.parametrize("breakage", [b for b in BREAKAGES if b != "an inheritance child"])
 def test_a_search_of_a_broken_model_names_the_model_and_the_way_out(
     db_url: str, conn: psycopg.Connection, breakage: str
 ) -> None:
