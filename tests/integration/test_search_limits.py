@@ -34,8 +34,10 @@ def test_hybrid_search_query_text_is_bounded(shop_url: str) -> None:
 
 
 def test_hybrid_search_takes_a_repeated_word_once_and_at_most_255_nodes(shop_url: str) -> None:
-    """A plain AND of words is searched with each word once (an audit's text of one word 2,000
-    times ran for minutes: ts_rank_cd pays for every copy); past 255 nodes, one clear error."""
+    """A plain AND, or OR, of words is searched with each word once (an audit's text of one word
+    2,000 times ran for minutes: ts_rank_cd pays for every copy); past 255 nodes, one clear error.
+    A query the full-text index cannot serve (a word's absence) leaves the vector ranking alone,
+    instead of reading every row's text."""
     query = (
         "SELECT key, score FROM pgembed.hybrid_search('minilm', "
         "(SELECT embedding_minilm FROM reviews ORDER BY id LIMIT 1), %s, 5)"
@@ -43,8 +45,17 @@ def test_hybrid_search_takes_a_repeated_word_once_and_at_most_255_nodes(shop_url
     with db.connection(shop_url) as conn:
         once = conn.execute(query, ("battery life",)).fetchall()
         assert once == conn.execute(query, ("battery life " * 700,)).fetchall()
-        # OR, NOT and phrases are kept as written.
+        either = conn.execute(query, ("battery or life",)).fetchall()
+        assert either == conn.execute(query, ("battery or life or " * 300,)).fetchall()
+        # NOT and phrases are kept as written.
         assert conn.execute(query, ('"battery life" or charger -screen',)).fetchall()
+        nearest = conn.execute(
+            "SELECT key FROM pgembed.search('minilm', "
+            "(SELECT embedding_minilm FROM reviews ORDER BY id LIMIT 1), 5)"
+        ).fetchall()
+        for absent in ("-zzzqqq", "battery or -screen"):
+            keys = [(key,) for key, _ in conn.execute(query, (absent,)).fetchall()]
+            assert keys == nearest, absent
         words = " ".join(f"word{i}" for i in range(200))
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="at most 255"):
             conn.execute(query, (words,))

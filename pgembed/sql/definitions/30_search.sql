@@ -878,6 +878,7 @@ DECLARE
     effort integer;
     ranking record;
     words tsquery;
+    operator text;
 BEGIN
     PERFORM pgembed._check_query_v1(m, query, k);
     IF query_text IS NULL THEN
@@ -897,16 +898,26 @@ BEGIN
     -- 2,000 times: 96 s on 3,000 reviews; the full-text ranking alone, 200 times: 1.5 s against
     -- 0.28 s once). At most 255 nodes (some 128 words): 300 distinct words took 0.4 s there,
     -- and hardly a row has so many words at once.
+    -- A plain OR of words likewise (`film or film ...` x 128: 7.2 s on 25,000 reviews).
     words := websearch_to_tsquery('english', query_text);
-    IF numnode(words) > 1 AND words::text !~ '[|!<]' THEN
+    IF numnode(words) > 1 AND words::text !~ '[!<]' AND (words::text !~ '[|]'
+                                                         OR words::text !~ '&') THEN
+        operator := CASE WHEN words::text ~ '[|]' THEN ' | ' ELSE ' & ' END;
         words := array_to_string(ARRAY(SELECT DISTINCT w
-                                       FROM unnest(string_to_array(words::text, ' & ')) w),
-                                 ' & ')::tsquery;
+                                       FROM unnest(string_to_array(words::text, operator)) w),
+                                 operator)::tsquery;
     END IF;
     IF numnode(words) > 255 THEN
         RAISE EXCEPTION 'the query text makes a full-text query of % words and operators; '
             'hybrid search takes at most 255 (some 128 words): shorten it, or search without '
             'the full-text ranking', numnode(words) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- A query the full-text index cannot serve, one that matches rows by a word they lack
+    -- (`-word`, `film or -bad`), would read nearly every row's text (`-zzzqqq`: 4.4 s on 25,000
+    -- reviews) for a ranking of no word: the vector ranking alone ranks then (NULL matches no
+    -- row, and the planner reads none).
+    IF querytree(words) = 'T' THEN
+        words := NULL;
     END IF;
     f := pgembed._filter_v1(m, filter, 4);
     PERFORM pgembed._use_settings_v1(settings);
