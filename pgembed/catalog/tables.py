@@ -209,13 +209,28 @@ def require_column(info: TableInfo, column: str) -> None:
 def model_problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
     """problem() of a model's table and columns, and of a chunked model's chunk table."""
     reason = problem(conn, spec.table_schema, spec.table_name, spec.columns)
-    chunks = naming.chunk_table_name(spec)
-    if reason is None and spec.chunked and not own_chunks(conn, spec.table_schema, chunks):
-        reason = (
-            f"its chunk table {spec.table_schema}.{chunks} is gone or not pgembed's: "
-            f"`pgembed reindex {spec.name}` makes it again"
-        )
+    if reason is None and spec.chunked:
+        reason = foreign_chunks(conn, spec)
+        chunks = naming.chunk_table_name(spec)
+        if reason is None and not own_chunks(conn, spec.table_schema, chunks):
+            reason = (
+                f"its chunk table {spec.table_schema}.{chunks} is gone: "
+                f"`pgembed reindex {spec.name}` makes it again"
+            )
     return reason
+
+
+def foreign_chunks(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
+    """Why the name of the model's chunk table is taken by a relation that is not pgembed's
+    chunk table (another role's table or view: a reindex could not take the name), else None."""
+    chunks = naming.chunk_table_name(spec)
+    if not exists(conn, spec.table_schema, chunks) or own_chunks(conn, spec.table_schema, chunks):
+        return None
+    return (
+        f"{spec.table_schema}.{chunks}, the name of its chunk table, is taken by a relation that "
+        "is not pgembed's (a table of the owner of pgembed's catalog): rename or drop it, then "
+        f"`pgembed reindex {spec.name}`"
+    )
 
 
 def problem(conn: psycopg.Connection, schema: str, name: str, columns: list[str]) -> str | None:

@@ -18,7 +18,7 @@ import psycopg
 from psycopg import sql
 
 from pgembed import capture, checks, db, defaults, sqlfiles
-from pgembed.catalog import ddl, naming, registry
+from pgembed.catalog import ddl, naming, registry, tables
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.encode.settings import settings_of
@@ -142,6 +142,9 @@ def begin(
         )
     if registry.exists(conn, shadow.name):
         raise UsageError(f"a model named {shadow.name!r} exists: remove it to reindex {name!r}")
+    taken = tables.foreign_chunks(conn, spec) if shadow.chunked else None
+    if taken is not None:  # before every row is embedded again for a switch that would fail
+        raise UsageError(f"model {name!r}: {taken}")
 
     if conn.autocommit:
         say.step(f"registering version {shadow.version} as {shadow.name}")
