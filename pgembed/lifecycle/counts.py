@@ -32,11 +32,14 @@ def rows(conn: psycopg.Connection, spec: ModelSpec, unembedded: int, exact: bool
     table = naming.table(spec)
     if exact or _at_most(conn, table, EXACT_UP_TO):
         # The rows with a text to embed, as a reindex's progress counts them: a NULL or blank
-        # text is never embedded, so counting it would leave "182/183" forever.
+        # text is never embedded, so counting it would leave "182/183" forever. Of them, those
+        # with a vector: one on a row without text (loaded by the owner) made "315/312".
         counted = conn.execute(
             sql.SQL(
-                "SELECT pg_catalog.count(*) FILTER (WHERE pgembed._has_text_v1(({text})"
-                "::pg_catalog.text)), pg_catalog.count({column}) FROM {table}"
+                "SELECT pg_catalog.count(*) FILTER (WHERE t.has), "
+                "pg_catalog.count(*) FILTER (WHERE t.has AND t.vector) FROM ("
+                "SELECT pgembed._has_text_v1(({text})::pg_catalog.text) AS has, "
+                "{column} IS NOT NULL AS vector FROM {table}) t"
             ).format(
                 text=naming.text_expression(spec),
                 column=sql.Identifier(spec.embedding_column),

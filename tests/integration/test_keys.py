@@ -228,10 +228,13 @@ def test_the_writing_flag_is_honoured_for_the_tables_owner_only(
         assert vectors_missing(docs) == 1 and pending(docs) == ["2"]
         with db.connection(as_role(db_url, owner)) as conn:
             conn.execute("SET pgembed.writing = on")
-            conn.execute(f"INSERT INTO docs VALUES (5, 'loaded', {forged})")
+            conn.execute(f"INSERT INTO docs VALUES (5, 'loaded', {forged}), (6, '  ', {forged})")
             conn.execute(f"UPDATE docs SET embedding_minilm = {forged} WHERE id = 1")
-        # Kept; an inserted row with text is queued all the same (the insert trigger).
+        # Kept; an inserted row with text is queued all the same (the insert trigger). Status
+        # counts the vectors of rows with a text: 1 and 5 of 1, 2 and 5, not the blank row's.
         assert vectors_missing(docs) == 1 and pending(docs) == ["2", "5"]
+        (report,) = pgembed.status(database_url=db_url)
+        assert (report["rows_total"], report["rows_embedded"]) == (3, 2)
         docs.execute("ALTER TABLE docs OWNER TO CURRENT_USER")
     assert refused[0].startswith(f"pgembed model minilm: role {writer} may not write vectors")
     assert len(set(refused)) == 1
