@@ -88,6 +88,34 @@ def test_a_table_with_inheritance_children_is_refused(
     add(conn, "m", "par", "body")
 
 
+def test_an_inheritance_child_made_later_is_never_searched(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    """A child made after `model add`: its rows, whose writes the triggers never see, are never
+    served (an audit's forged row in a child came back at similarity 1.0), while the table's
+    own rows still are; the daemon skips the model and status says why."""
+    conn.execute("CREATE TABLE public.reviews (id int PRIMARY KEY, body text)")
+    conn.cursor().executemany("INSERT INTO public.reviews VALUES (%s, %s)", REVIEWS)
+    add(conn, "minilm", "reviews", "body")
+    assert pgembed.sync_once(database_url=db_url).written == len(REVIEWS)
+    conn.execute("CREATE TABLE public.more_reviews () INHERITS (public.reviews)")
+    conn.execute(
+        "INSERT INTO public.more_reviews SELECT 999, '', embedding_minilm FROM reviews WHERE id = 1"
+    )
+    searches = {
+        "search": "SELECT key FROM pgembed.search('minilm', "
+        "(SELECT embedding_minilm FROM ONLY reviews WHERE id = 1), 3)",
+        "filtered": "SELECT key FROM pgembed.search('minilm', "
+        '(SELECT embedding_minilm FROM ONLY reviews WHERE id = 1), 3, \'{"id": {"$gte": 0}}\')',
+        "similar": "SELECT key FROM pgembed.similar('minilm', '2', 30)",
+    }
+    for name, query in searches.items():
+        keys = [key for (key,) in conn.execute(query).fetchall()]
+        assert keys and "999" not in keys, name
+    (report,) = status.all_status(conn)
+    assert "has inheritance children (public.more_reviews)" in report["broken"]
+
+
 @pytest.mark.parametrize("kind", ["STORED", "VIRTUAL"])
 def test_a_generated_text_column_is_refused(conn: psycopg.Connection, kind: str) -> None:
     conn.execute(

@@ -11,6 +11,9 @@
 -- SELECT anyway. Every function pins search_path to pg_catalog (pgvector's names are written
 -- with the extension's schema), and the functions that write keys as text pin the settings that
 -- shape that text (datestyle, timezone, ...), so keys look the same whoever asks.
+-- A model's table is read ONLY: an inheritance child's rows are not the model's (`model add`
+-- refuses a table with children; one made later makes the model broken), and its triggers never
+-- see their writes, so a child's vector, forged or stale, is never served.
 
 -- Load pgvector so the hnsw.* settings named below are its real ones, not placeholders.
 SELECT vector_dims('[0]'::vector);
@@ -435,7 +438,7 @@ LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     has_text boolean;  -- not `found`, which would hide PL/pgSQL's FOUND
 BEGIN
-    EXECUTE format('SELECT pgembed._has_text_v1(%s) FROM %I.%I t WHERE t.%I = $1::%s',
+    EXECUTE format('SELECT pgembed._has_text_v1(%s) FROM ONLY %I.%I t WHERE t.%I = $1::%s',
                    pgembed._text_v1(m.text_columns, 't'), m.table_schema, m.table_name,
                    m.key_column, pgembed._column_type_v1(m, m.key_column))
         INTO has_text USING row_key;
@@ -456,7 +459,7 @@ DECLARE
     found integer;
 BEGIN
     -- A record, not a variable of type vector: that name would resolve through search_path.
-    EXECUTE format('SELECT t.%1$I AS v FROM %2$I.%3$I t WHERE t.%4$I = $1::%5$s',
+    EXECUTE format('SELECT t.%1$I AS v FROM ONLY %2$I.%3$I t WHERE t.%4$I = $1::%5$s',
                    m.embedding_column, m.table_schema, m.table_name, m.key_column,
                    pgembed._column_type_v1(m, m.key_column))
         INTO found_row USING row_key;
@@ -568,7 +571,7 @@ LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$  -- EXPL
 DECLARE
     plan json;
 BEGIN
-    EXECUTE format('EXPLAIN (FORMAT JSON) SELECT FROM %I.%I t WHERE t.%I IS NOT NULL%s',
+    EXECUTE format('EXPLAIN (FORMAT JSON) SELECT FROM ONLY %I.%I t WHERE t.%I IS NOT NULL%s',
                    m.table_schema, m.table_name, m.embedding_column, conditions)
         INTO plan USING args;
     RETURN (plan -> 0 -> 'Plan' ->> 'Plan Rows')::double precision;
@@ -676,7 +679,7 @@ BEGIN
         RETURN format(
             'SELECT s.key, s.distance, true AS settled FROM (
                  SELECT t.%1$I::text AS key, t.%2$I %6$s $1 AS distance
-                 FROM %3$I.%4$I t
+                 FROM ONLY %3$I.%4$I t
                  WHERE t.%2$I IS NOT NULL%5$s
                  OFFSET 0) s
              ORDER BY s.distance
@@ -687,11 +690,11 @@ BEGIN
     RETURN format(
         'SELECT u.key, min(u.distance) AS distance, true AS settled FROM (
              SELECT t.%1$I::text AS key, t.%2$I %6$s $1 AS distance
-             FROM %3$I.%4$I t
+             FROM ONLY %3$I.%4$I t
              WHERE t.%2$I IS NOT NULL%5$s
              UNION ALL
              SELECT t.%1$I::text, c.embedding %6$s $1
-             FROM %8$s c JOIN %3$I.%4$I t ON t.%1$I = c.key
+             FROM %8$s c JOIN ONLY %3$I.%4$I t ON t.%1$I = c.key
              WHERE t.%2$I IS NOT NULL%5$s) u
          GROUP BY u.key
          ORDER BY 2
@@ -730,7 +733,7 @@ BEGIN
     IF m.long_texts <> 'chunk' THEN
         RETURN format(
             'SELECT t.%1$I::text AS key, t.%2$I %6$s $1 AS distance, true AS settled
-             FROM %3$I.%4$I t
+             FROM ONLY %3$I.%4$I t
              WHERE t.%2$I IS NOT NULL%5$s
              ORDER BY t.%2$I %6$s $1
              LIMIT %7$s',
@@ -747,14 +750,14 @@ BEGIN
     RETURN format(
         'WITH own AS MATERIALIZED (
              SELECT t.%1$I::text AS key, t.%2$I %6$s $1 AS distance
-             FROM %3$I.%4$I t
+             FROM ONLY %3$I.%4$I t
              WHERE t.%2$I IS NOT NULL%5$s
              ORDER BY t.%2$I %6$s $1
              LIMIT %7$s),
          pieces AS MATERIALIZED (
              SELECT t.%1$I::text AS key, c.embedding %6$s $1 AS distance,
                     t.%2$I %6$s $1 AS own_distance
-             FROM %8$s c JOIN %3$I.%4$I t ON t.%1$I = c.key
+             FROM %8$s c JOIN ONLY %3$I.%4$I t ON t.%1$I = c.key
              WHERE t.%2$I IS NOT NULL%5$s
              ORDER BY c.embedding %6$s $1
              LIMIT %9$s * (%7$s)::bigint),
@@ -936,7 +939,7 @@ BEGIN
              SELECT t.%1$I::text AS key,
                     row_number() OVER (ORDER BY ts_rank_cd(to_tsvector(''english'', %5$s), $5)
                                        DESC, t.%1$I) AS rank
-             FROM %3$I.%4$I t
+             FROM ONLY %3$I.%4$I t
              WHERE to_tsvector(''english'', %5$s) @@ $5%6$s
              ORDER BY rank
              LIMIT $2)
@@ -1057,7 +1060,7 @@ BEGIN
             INTO keys, similarities FROM (
                 SELECT found.* FROM (
                     SELECT t.%1$I::text AS key, t.%2$I %5$s query AS distance
-                    FROM %3$I.%4$I t
+                    FROM ONLY %3$I.%4$I t
                     WHERE t.%2$I IS NOT NULL
                     <inner>) found
                 <outer>LIMIT k) hits;$nearest$,

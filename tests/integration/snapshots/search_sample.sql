@@ -82,7 +82,7 @@ BEGIN
             INTO keys, similarities FROM (
                 SELECT found.* FROM (
                     SELECT t.id::text AS key, t.embedding_sample OPERATOR(public.<=>) query AS distance
-                    FROM public.docs t
+                    FROM ONLY public.docs t
                     WHERE t.embedding_sample IS NOT NULL
                     ORDER BY t.embedding_sample OPERATOR(public.<=>) query
                     LIMIT 10) found
@@ -93,7 +93,7 @@ BEGIN
             INTO keys, similarities FROM (
                 SELECT found.* FROM (
                     SELECT t.id::text AS key, t.embedding_sample OPERATOR(public.<=>) query AS distance
-                    FROM public.docs t
+                    FROM ONLY public.docs t
                     WHERE t.embedding_sample IS NOT NULL
                     ORDER BY t.embedding_sample OPERATOR(public.<=>) query
                     LIMIT 100) found
@@ -123,7 +123,7 @@ BEGIN
             INTO keys, similarities FROM (
                 SELECT found.* FROM (
                     SELECT t.id::text AS key, t.embedding_sample OPERATOR(public.<=>) query AS distance
-                    FROM public.docs t
+                    FROM ONLY public.docs t
                     WHERE t.embedding_sample IS NOT NULL
                     OFFSET 0) found
                 ORDER BY found.distance LIMIT k) hits;
