@@ -57,24 +57,32 @@ def grant_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
 
 
 def revoke_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    """The model goes: the daemon keeps only what the table's other (healthy) models need. Its
-    privileges go by the columns it holds them on now, not by the model's names, so a text
-    column renamed since does not keep them (a column already gone took its own along)."""
+    """The model goes: the daemon keeps only what the table's other models need. Its privileges
+    go by the columns it holds them on now, not by the model's names, so a text column renamed
+    since does not keep them (a column already gone took its own along); but while another
+    model of the table is broken, a column of a name no model knows may be that model's,
+    renamed: only the removed model's own names are revoked then."""
     if not _exists(conn, DAEMON):
         return
     where = {"schema": spec.table_schema, "name": spec.table_name}
     held = [row[0] for row in conn.execute(sqlfiles.get("roles", "daemon_columns"), where)]
-    if held:
-        columns = sql.SQL(", ").join(sql.Identifier(c) for c in held)
+    others = [
+        other
+        for other in registry.all_models(conn)
+        if (other.table_schema, other.table_name) == (spec.table_schema, spec.table_name)
+        and other.name != spec.name
+    ]
+    needed = {column for other in others for column in other.columns}
+    if any(tables.model_problem(conn, other) is not None for other in others):
+        held = [column for column in held if column in spec.columns]
+    revoked = [column for column in held if column not in needed]
+    if revoked:
+        columns = sql.SQL(", ").join(sql.Identifier(c) for c in revoked)
         conn.execute(
             sql.SQL("REVOKE SELECT ({0}), UPDATE ({0}) ON {1} FROM {2}").format(
                 columns, naming.table(spec), sql.Identifier(DAEMON)
             )
         )
-    for other in registry.all_models(conn):
-        same_table = (other.table_schema, other.table_name) == (spec.table_schema, spec.table_name)
-        if same_table and other.name != spec.name and tables.model_problem(conn, other) is None:
-            grant_table(conn, other)
 
 
 def _column_privileges(conn: psycopg.Connection, spec: ModelSpec, template: LiteralString) -> None:

@@ -233,6 +233,25 @@ def test_remove_takes_back_the_daemons_grants_by_the_columns_it_holds_now(
     assert daemon_privileges(reviews) == set()
 
 
+def test_remove_leaves_the_grants_of_a_broken_model_of_the_same_table(
+    reviews: psycopg.Connection, db_url: str
+) -> None:
+    """While a model of the table is broken (its text column renamed), removing another takes
+    back only the removed model's own columns: the renamed one may be the broken model's, whose
+    sync needs it again once it is renamed back (a review found it stripped for good)."""
+    roles.create(reviews)
+    reviews.execute("ALTER TABLE reviews ADD COLUMN title text")
+    add(reviews, "on_body")
+    add(reviews, "on_title", column="title")
+    reviews.execute("ALTER TABLE reviews RENAME COLUMN title TO headline")
+    removed = cli("--database-url", db_url, "model", "remove", "on_body")
+    assert removed.exit_code == 0, removed.output
+    reviews.execute("ALTER TABLE reviews RENAME COLUMN headline TO title")
+    kept = {("id", "SELECT"), ("title", "SELECT")}
+    kept |= {("embedding_on_title", "SELECT"), ("embedding_on_title", "UPDATE")}
+    assert daemon_privileges(reviews) == kept
+
+
 def test_cli_add_reports_and_refuses_duplicates(reviews: psycopg.Connection, db_url: str) -> None:
     ok = cli(
         "--database-url", db_url, "model", "add", "minilm", "--table", "reviews", "--column", "body"
