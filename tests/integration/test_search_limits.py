@@ -47,6 +47,9 @@ def test_hybrid_search_takes_a_repeated_word_once_and_at_most_255_nodes(shop_url
         assert once == conn.execute(query, ("battery life " * 700,)).fetchall()
         either = conn.execute(query, ("battery or life",)).fetchall()
         assert either == conn.execute(query, ("battery or life or " * 300,)).fetchall()
+        mixed = conn.execute(query, ("battery life or charger",)).fetchall()
+        twice = " or ".join(["battery life life battery or charger"] * 60)
+        assert mixed == conn.execute(query, (twice,)).fetchall()
         # NOT and phrases are kept as written.
         assert conn.execute(query, ('"battery life" or charger -screen',)).fetchall()
         nearest = conn.execute(
