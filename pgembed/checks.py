@@ -26,9 +26,15 @@ def integer(name: str, value: object, low: int, high: int | None = None) -> int:
     return number
 
 
-def number(name: str, value: object, low: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not float(value) >= low:
-        raise UsageError(f"{name} must be a number of at least {low:g}, not {shown(value)}")
+def number(name: str, value: object, low: float, high: float | None = None) -> float:
+    bounds = f"from {low:g} to {high:g}" if high is not None else f"of at least {low:g}"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, Real)
+        or not float(value) >= low
+        or (high is not None and not float(value) <= high)
+    ):
+        raise UsageError(f"{name} must be a number {bounds}, not {shown(value)}")
     return float(value)
 
 

@@ -135,6 +135,7 @@ SERVE_MAX_IN_FLIGHT = 256
 # a hybrid search of a word most rows have reads every such row's text (3.1 s on 50,000 IMDb
 # reviews), and would hold one of the server's 8 connections for minutes at a million.
 SERVE_STATEMENT_TIMEOUT = 30.0
+SERVE_STATEMENT_TIMEOUT_MAX = 2147483.0  # PostgreSQL's limit: 2^31 - 1 milliseconds
 
 # `pgembed load` refuses a record (a JSON line, a CSV row) longer than this many bytes, with one
 # line that says where, instead of reading on: a file with no line end (/dev/zero) grew to 22 GB,

@@ -72,7 +72,7 @@ log = logging.getLogger("pgembed.serve")
 )
 @click.option(
     "--statement-timeout",
-    type=click.FloatRange(0, None),
+    type=click.FloatRange(0, defaults.SERVE_STATEMENT_TIMEOUT_MAX),
     default=defaults.SERVE_STATEMENT_TIMEOUT,
     show_default=True,
     metavar="SECONDS",

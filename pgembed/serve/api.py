@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from pgembed import db, defaults, migrate
+from pgembed import checks, db, defaults, migrate
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
@@ -229,6 +229,9 @@ class Api:
         max_wait: float = batching.MAX_WAIT,
         statement_timeout: float = defaults.SERVE_STATEMENT_TIMEOUT,
     ) -> None:
+        self.statement_timeout = checks.number(
+            "statement_timeout", statement_timeout, 0, defaults.SERVE_STATEMENT_TIMEOUT_MAX
+        )
         self._only = tuple(models)
         with db.connection(url) as conn:
             migrate.require_current(conn)
@@ -242,7 +245,6 @@ class Api:
         self._url = url
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection] | None = None
         self.acquire_timeout = ACQUIRE_TIMEOUT  # what plan.execute_async waits for a connection
-        self.statement_timeout = statement_timeout
 
     async def open(self) -> None:
         """Open the pool, in the event loop that serves (its connections are made meanwhile)."""
@@ -278,7 +280,8 @@ class Api:
             return await work
         except Exception as exc:
             cancelled = _found(exc, psycopg.errors.QueryCanceled)
-            if cancelled is not None:
+            # Not another cancel (an administrator's pg_cancel_backend: "due to user request").
+            if cancelled is not None and "statement timeout" in db.first_line(cancelled):
                 limit = f"{self.statement_timeout:g} s" if self.statement_timeout else "none"
                 raise ApiError(
                     504,

@@ -27,6 +27,7 @@ from roles_helpers import as_role, role_maker
 from helpers import REVIEWS, cli, database_name, with_database
 from pgembed import db
 from pgembed.catalog import registry
+from pgembed.errors import UsageError
 from pgembed.lifecycle import models
 from pgembed.search import planner, vectors
 from pgembed.serve import api as serve_api
@@ -318,6 +319,35 @@ def test_a_search_past_the_statement_timeout_is_504_and_frees_its_connection(
     assert "statement timeout: 0.5 s" in stopped[1]["error"], stopped
     assert waiting == (0,)
     assert answered[0] == 200 and len(answered[1]["hits"]) == 3, answered
+
+
+def test_a_cancel_that_is_not_the_timeout_is_not_called_one_and_bad_timeouts_are_refused(
+    server: SearchServer, shop_url: str
+) -> None:
+    """An administrator's pg_cancel_backend is not the statement timeout (a review saw it
+    answered 504 and blamed on the timeout); a timeout PostgreSQL cannot take is refused at
+    once (beyond 2^31 - 1 ms, every connection failed its setup: 503s for ever)."""
+    body = {"text": "battery dies fast", "model": "minilm", "k": 3}
+    with psycopg.connect(shop_url, autocommit=True) as locker, ThreadPoolExecutor(1) as pool:
+        locker.execute("BEGIN")
+        locker.execute("LOCK TABLE reviews IN ACCESS EXCLUSIVE MODE")
+        waiting = pool.submit(call, f"{server.url}/search", body)
+        deadline = time.monotonic() + TIMEOUT
+        cancelled = (False,)
+        while time.monotonic() < deadline and cancelled != (True,):
+            cancelled = locker.execute(
+                "SELECT bool_or(pg_cancel_backend(pid)) FROM pg_locks "
+                "WHERE relation = 'reviews'::regclass AND NOT granted"
+            ).fetchone() or (False,)
+            time.sleep(0.05)
+        locker.execute("ROLLBACK")
+        status, answer = waiting.result()
+    assert status == 503 and "due to user request" in answer["error"], answer
+    for bad in (-1, 2147484.0, float("nan")):
+        with pytest.raises(UsageError, match="statement_timeout must be a number from 0 to"):
+            Api(shop_url, statement_timeout=bad)
+    result = cli("--database-url", shop_url, "serve", "--statement-timeout", "3000000")
+    assert result.exit_code == 2 and "3000000" in result.output, result.output
 
 
 def test_a_privilege_the_role_lacks_is_403(shop_url: str) -> None:
