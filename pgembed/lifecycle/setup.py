@@ -295,6 +295,6 @@ def guard_older_models(conn: psycopg.Connection) -> list[str]:
         else:
             said.append(
                 f"model {spec.name}: a vector an INSERT brings into {where} is now cleared, and "
-                "pgembed.writing is honoured for its owner only"
+                "pgembed.writing is honoured for its owner and the daemon role only"
             )
     return said

@@ -199,7 +199,7 @@ def test_a_model_added_before_the_vector_guard_gets_it_at_migrate(
     assert vectors_missing(docs) == 1
 
 
-def test_the_writing_flag_is_honoured_for_the_tables_owner_only(
+def test_the_writing_flag_is_honoured_for_the_owner_and_the_daemon_only(
     docs: psycopg.Connection, db_url: str
 ) -> None:
     """`SET pgembed.writing = on` (the sync worker's flag) lets a member of the table's owner load

@@ -277,8 +277,8 @@ $fn$;
 -- apply). pgembed.writing says the sync worker writes it, or the table's owner loads vectors made
 -- elsewhere: honoured for a member of the table's owner (a superuser is one; the worker writes as
 -- the owner, or as itself a member of pgembed_daemon when the owner is a superuser) or of
--- pgembed_daemon only, else the statement fails, so that a writer cannot make a vector stick by setting it (an audit's forged
--- vectors on blank rows were served for ever). Without the flag, an INSERT's vector is cleared in
+-- pgembed_daemon only, else the statement fails, so that a writer cannot make a vector stick by
+-- setting it (an audit's forged vectors on blank rows were served for ever). Without the flag, an INSERT's vector is cleared in
 -- the row write (its key is queued by the insert trigger when it has text, so the row gets the
 -- vector of its own text, and a row without text none); an UPDATE's is the update trigger's to
 -- clear and queue. A vector column renamed since: a warning, as the other capture triggers give.
