@@ -128,6 +128,12 @@ def table(spec: ModelSpec) -> sql.Identifier:
     return sql.Identifier(spec.table_schema, spec.table_name)
 
 
+def only(spec: ModelSpec) -> sql.Composed:
+    """The watched table without its inheritance children, as searches read it: a child's rows
+    are not the model's (its triggers never see their writes; a child makes the model broken)."""
+    return sql.SQL("ONLY {}").format(table(spec))
+
+
 # format_type() output of the key column, e.g. "integer", "character varying(20)", "uuid".
 _KEY_TYPE_RE = re.compile(r"[a-z][a-z0-9_ ]*(\(\d+(,\d+)?\))?(\[\])?")
 

@@ -129,6 +129,8 @@ def _instances(
         [(hit.key, n) for n, hit in enumerate(hits)]
     )
     statement = sa.select(entity, ranked.c.n).join(ranked, key == ranked.c.key).order_by(ranked.c.n)
+    if isinstance(key.table, sa.Table):  # a child's rows are not the model's (naming.only)
+        statement = statement.with_hint(key.table, "ONLY", "postgresql")
     if where is not None:
         statement = statement.where(where)
     return [(instance, hits[n].similarity) for instance, n in session.execute(statement)]

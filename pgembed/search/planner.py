@@ -385,7 +385,7 @@ def _before_the_model(spec: ModelSpec, *, fulltext: bool = False) -> Plan[None]:
         "SELECT EXISTS (SELECT 1 FROM {table} WHERE {column} IS NOT NULL), "
         "pg_catalog.to_regclass(pg_catalog.format('%%I.%%I', %(schema)s::text, %(index)s::text))"
         " IS NOT NULL"
-    ).format(table=naming.table(spec), column=sql.Identifier(spec.embedding_column))
+    ).format(table=naming.only(spec), column=sql.Identifier(spec.embedding_column))
     names = {"schema": spec.table_schema, "index": naming.fulltext_index_name(spec)}
     [(has_vectors, has_index)] = yield Fetch(statement, names)
     if fulltext and not has_index:  # the helper's own message (pgembed._hybrid_v1)
@@ -399,7 +399,7 @@ def _before_the_model(spec: ModelSpec, *, fulltext: bool = False) -> Plan[None]:
 def _require_vectors(spec: ModelSpec) -> Plan[None]:
     [(has_vectors,)] = yield Fetch(
         sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} IS NOT NULL)").format(
-            naming.table(spec), sql.Identifier(spec.embedding_column)
+            naming.only(spec), sql.Identifier(spec.embedding_column)
         )
     )
     if not has_vectors:
@@ -437,7 +437,7 @@ def _hits(
         value=sql.Identifier(value),
         text=naming.text_expression(spec, "t"),
         call=call,
-        table=naming.table(spec),
+        table=naming.only(spec),
         key=sql.Identifier(spec.key_column),
         type=naming.key_type(spec),
     )

@@ -24,7 +24,7 @@ def _names(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, sql.Composabl
     """What both queries below name: the key, the table, the vector column, `<=>` qualified."""
     return {
         "key": sql.Identifier(spec.key_column),
-        "table": naming.table(spec),
+        "table": naming.only(spec),
         "col": sql.Identifier(spec.embedding_column),
         "distance": db.distance_operator(conn),
     }
@@ -132,7 +132,7 @@ def count_keys(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -
     row = conn.execute(
         sql.SQL(
             "SELECT pg_catalog.count(*) FROM {table} WHERE {key}::pg_catalog.text = ANY(%s)"
-        ).format(table=naming.table(spec), key=sql.Identifier(spec.key_column)),
+        ).format(table=naming.only(spec), key=sql.Identifier(spec.key_column)),
         (list(keys),),
     ).fetchone()
     return int(row[0]) if row else 0

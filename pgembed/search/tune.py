@@ -152,7 +152,7 @@ def excerpts(conn: psycopg.Connection, spec: ModelSpec, n: int) -> list[str]:
             text=naming.text_expression(spec, "t"),
             col=sql.Identifier(spec.embedding_column),
             key=sql.Identifier(spec.key_column),
-            table=naming.table(spec),
+            table=naming.only(spec),
         ),
         (n,),
     ).fetchall()

@@ -385,7 +385,7 @@ class Api:
         statement = sql.SQL(
             "SELECT k.i, pg_catalog.jsonb_build_object({pairs}) "
             "FROM pg_catalog.unnest(%s::text[]::{type}[]) WITH ORDINALITY AS k(v, i) "
-            "JOIN {table} t ON t.{key} OPERATOR(pg_catalog.=) k.v"
+            "JOIN ONLY {table} t ON t.{key} OPERATOR(pg_catalog.=) k.v"
         ).format(
             key=sql.Identifier(spec.key_column),
             pairs=sql.SQL(", ").join(

@@ -165,7 +165,7 @@ def test_nearest_goes_through_the_helper_and_its_index(items_session: Session) -
     hits = orm.nearest(items_session, Item, "minilm", "anything", k=10)
     assert len(hits) == 10 and index_scans(items_session) > before
     assert [h for _, h in hits] == sorted((h for _, h in hits), reverse=True)
-    loads = [s for s, _ in seen if "FROM items" in s]
+    loads = [s for s, _ in seen if "FROM ONLY items" in s]  # not an inheritance child's rows
     assert len(loads) == 1 and "<=>" not in loads[0]
     seen.clear()
     before = index_scans(items_session)
