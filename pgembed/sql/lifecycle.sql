@@ -130,7 +130,8 @@ WHERE model = %(model)s AND key = ANY (%(forgotten)s::pg_catalog.text[]);
 
 -- name: unguarded
 -- Whether a model's table and vector column are there without its vector guard trigger, or with
--- one that watches inserts only (lifecycle/setup.py guard_older_models; 16: TRIGGER_TYPE_UPDATE).
+-- an older one: inserts only (16: TRIGGER_TYPE_UPDATE), or flagged writes not called for (its
+-- WHEN does not read pgembed.writing) (lifecycle/setup.py guard_older_models).
 SELECT EXISTS (
     SELECT FROM pg_catalog.pg_attribute a
     WHERE a.attrelid = pg_catalog.to_regclass(
@@ -142,4 +143,5 @@ SELECT EXISTS (
               pg_catalog.format('%%I.%%I', %(schema)s::text, %(table)s::text))
       AND g.tgname OPERATOR(pg_catalog.=) %(trigger)s::text
       AND (g.tgtype::pg_catalog.int4 OPERATOR(pg_catalog.&) 16) OPERATOR(pg_catalog.<>) 0
+      AND pg_catalog.strpos(pg_catalog.pg_get_triggerdef(g.oid), 'pgembed.writing') > 0
 )

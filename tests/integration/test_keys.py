@@ -184,7 +184,13 @@ def test_a_model_added_before_the_vector_guard_gets_it_at_migrate(
         "CREATE TRIGGER pgembed_minilm_vec BEFORE INSERT ON docs FOR EACH ROW "
         "EXECUTE FUNCTION pgembed.capture_insert_vector_v1('minilm', 'embedding_minilm')",
     )
-    for made in (older[:1], older):
+    unflagged = (  # this release's first guard: flagged writes without a vector not called for
+        older[0],
+        "CREATE TRIGGER pgembed_minilm_vec BEFORE INSERT OR UPDATE OF embedding_minilm ON docs "
+        "FOR EACH ROW WHEN (NEW.embedding_minilm IS NOT NULL) "
+        "EXECUTE FUNCTION pgembed.capture_insert_vector_v1('minilm', 'embedding_minilm')",
+    )
+    for made in (older[:1], older, unflagged):
         for statement in made:
             docs.execute(statement)
         result = cli("--database-url", db_url, "migrate")
@@ -219,12 +225,13 @@ def test_the_writing_flag_is_honoured_for_the_owner_and_the_daemon_only(
                 f"INSERT INTO docs VALUES (3, '   ', {forged})",
                 f"INSERT INTO docs VALUES (4, NULL, {forged})",
                 f"UPDATE docs SET embedding_minilm = {forged} WHERE id = 1",
+                "UPDATE docs SET embedding_minilm = NULL WHERE id = 1",  # never queued again
+                f"UPDATE docs SET body = 'new', embedding_minilm = {forged} WHERE id = 1",
             ):
                 with pytest.raises(psycopg.errors.InsufficientPrivilege) as caught:
                     conn.execute(statement)
                 refused.append(str(caught.value))
-            conn.execute(f"UPDATE docs SET body = 'a new text', embedding_minilm = {forged} "
-                         "WHERE id = 2")  # fmt: skip
+            conn.execute("UPDATE docs SET body = 'a new text' WHERE id = 2")
         assert vectors_missing(docs) == 1 and pending(docs) == ["2"]
         with db.connection(as_role(db_url, owner)) as conn:
             conn.execute("SET pgembed.writing = on")

@@ -273,18 +273,20 @@ BEGIN
 END
 $fn$;
 
--- A vector an INSERT brings or an UPDATE writes (its trigger's WHEN: not NULL, not a replication
--- apply). pgembed.writing says the sync worker writes it, or the table's owner loads vectors made
--- elsewhere: honoured for a member of the table's owner (a superuser is one; the worker writes as
--- the owner, or as itself a member of pgembed_daemon when the owner is a superuser) or of
--- pgembed_daemon only, else the statement fails, so that a writer cannot make a vector stick by
--- setting it (an audit's forged vectors on blank rows were served for ever). Without the flag, an INSERT's vector is cleared in
--- the row write (its key is queued by the insert trigger when it has text, so the row gets the
--- vector of its own text, and a row without text none); an UPDATE's is the update trigger's to
--- clear and queue. A vector column renamed since: a warning, as the other capture triggers give.
--- Arguments: model, vector column. Run as the writer, to know who writes: it reads pg_catalog
--- only, since a writer has no USAGE on schema pgembed; jsonb_populate_record runs no type's
--- input function but the vector's (NULL), the other columns are NEW's as they are.
+-- A vector an INSERT brings or an UPDATE writes, and any write of the vector column under
+-- pgembed.writing (its trigger's WHEN; not under a replication apply). The flag says the sync
+-- worker writes, or the table's owner loads vectors made elsewhere: it is honoured for a member
+-- of the table's owner (a superuser is one; the worker writes as the owner, or as itself, a
+-- member of pgembed_daemon, when the owner is a superuser) or of pgembed_daemon only; for
+-- another role the statement fails. Else a writer could make a vector stick (an audit's forged
+-- vectors on blank rows were served for ever), or clear one for good (the update trigger skips
+-- flagged vector writes, so its row was never queued). Without the flag, an INSERT's vector is
+-- cleared in the row write (its key is queued by the insert trigger when it has text, so the row
+-- gets the vector of its own text, and a row without text none); an UPDATE's is the update
+-- trigger's to clear and queue. A vector column renamed since: a warning, as the other capture
+-- triggers give. Arguments: model, vector column. Run as the writer, to know who writes: it
+-- reads pg_catalog only, since a writer has no USAGE on schema pgembed; jsonb_populate_record
+-- runs no type's input function but the vector's (NULL), the other columns are NEW's as they are.
 CREATE OR REPLACE FUNCTION pgembed.capture_insert_vector_v1() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
@@ -321,11 +323,11 @@ REVOKE EXECUTE ON FUNCTION pgembed.capture_insert_v1(), pgembed.capture_update_v
     pgembed.capture_insert_vector_v1() FROM PUBLIC;
 
 -- The trigger of capture_insert_vector_v1 on a model's table (capture.py makes it with the
--- model's other triggers, and for models made before it, or before it watched updates, at
--- `pgembed migrate`): a row trigger whose WHEN lets every row without a vector, a bulk COPY's
--- rows, pass without a call. Firing ALWAYS, as the others (not under a replication apply: its
--- WHEN says so). Run as the caller (PUBLIC may call it): only the table's owner may make
--- triggers on it.
+-- model's other triggers, and for models made before it, or before it watched updates and
+-- flagged writes, at `pgembed migrate`): a row trigger whose WHEN lets every unflagged row
+-- without a vector, a bulk COPY's rows, pass without a call. Firing ALWAYS, as the others (not
+-- under a replication apply: its WHEN says so). Run as the caller (PUBLIC may call it): only the
+-- table's owner may make triggers on it.
 CREATE OR REPLACE FUNCTION pgembed._guard_inserted_vectors_v1(
     model text, table_schema text, table_name text, trigger_name text, vector_column text
 ) RETURNS void
@@ -333,7 +335,8 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
     EXECUTE format(
         'CREATE OR REPLACE TRIGGER %1$I BEFORE INSERT OR UPDATE OF %4$I ON %2$I.%3$I '
-        'FOR EACH ROW WHEN (NEW.%4$I IS NOT NULL '
+        'FOR EACH ROW WHEN ((NEW.%4$I IS NOT NULL '
+        'OR pg_catalog.current_setting(''pgembed.writing'', true) = ''on'') '
         'AND pg_catalog.current_setting(''session_replication_role'') <> ''replica'') '
         'EXECUTE FUNCTION pgembed.capture_insert_vector_v1(%5$L, %4$L)',
         trigger_name, table_schema, table_name, vector_column, model);
