@@ -221,15 +221,25 @@ def model_problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
 
 
 def foreign_chunks(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
-    """Why the name of the model's chunk table is taken by a relation that is not pgembed's
-    chunk table (another role's table or view: a reindex could not take the name), else None."""
+    """Why a name of the model's chunk table or its indexes is taken by an object that is not
+    pgembed's (another role's table, view, index or type: a reindex's switch could not take
+    it), else None."""
     chunks = naming.chunk_table_name(spec)
-    if not exists(conn, spec.table_schema, chunks) or own_chunks(conn, spec.table_schema, chunks):
+    own = conn.execute(
+        "SELECT pgembed._own_chunks_v1(pg_catalog.format('%%I.%%I', %s::text, %s::text))::oid",
+        (spec.table_schema, chunks),
+    ).fetchone()
+    names = [chunks, naming.chunk_index_name(spec), naming.chunk_key_name(spec)]
+    where = {"schema": spec.table_schema, "names": names, "own": own[0] if own else None}
+    taken = [row[0] for row in conn.execute(sqlfiles.get("catalog", "chunk_names_taken"), where)]
+    if not taken:
         return None
+    owner = conn.execute(sqlfiles.get("catalog", "pgembed_owner")).fetchone()
     return (
-        f"{spec.table_schema}.{chunks}, the name of its chunk table, is taken by a relation that "
-        "is not pgembed's (a table of the owner of pgembed's catalog): rename or drop it, then "
-        f"`pgembed reindex {spec.name}`"
+        f"{', '.join(f'{spec.table_schema}.{name}' for name in taken)}, a name of its chunk table "
+        "or its indexes, is taken by an object that is not pgembed's: rename or drop it, then "
+        f"`pgembed reindex {spec.name}` (a chunk table of pgembed's whose owner changed is "
+        f"given back by `ALTER TABLE ... OWNER TO {owner[0] if owner else 'its owner'}`)"
     )
 
 

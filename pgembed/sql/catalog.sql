@@ -100,6 +100,28 @@ SELECT pg_catalog.to_regclass(pg_catalog.format('%%I.%%I', %(schema)s::text, %(n
 SELECT pgembed._own_chunks_v1(pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text))
     IS NOT NULL;
 
+-- name: chunk_names_taken
+-- Which of a chunked model's names (its chunk table, that table's index and key) another object
+-- holds in the schema: a relation that is neither the model's own chunk table (`own`, NULL if
+-- none) nor an index of it, or a type no relation owns (an enum, a domain): a reindex's switch
+-- renames its shadow's chunk table and indexes to them.
+SELECT n.name
+FROM pg_catalog.unnest(%(names)s::text[]) AS n(name)
+WHERE EXISTS (
+        SELECT FROM pg_catalog.pg_class c
+        WHERE c.relnamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace(%(schema)s::text)
+          AND c.relname OPERATOR(pg_catalog.=) n.name
+          AND c.oid IS DISTINCT FROM %(own)s::pg_catalog.oid
+          AND NOT EXISTS (SELECT FROM pg_catalog.pg_index i
+                          WHERE i.indexrelid OPERATOR(pg_catalog.=) c.oid
+                            AND i.indrelid OPERATOR(pg_catalog.=) %(own)s::pg_catalog.oid))
+   OR EXISTS (
+        SELECT FROM pg_catalog.pg_type t
+        WHERE t.typnamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace(%(schema)s::text)
+          AND t.typname OPERATOR(pg_catalog.=) n.name
+          AND t.typrelid OPERATOR(pg_catalog.=) 0)
+ORDER BY n.name;
+
 -- name: pgembed_owner
 -- pgembed's owner: the owner of its catalog (the role that first ran `pgembed migrate`, as its
 -- capture functions do; see pgembed._own_chunks_v1), and whether it is this role.

@@ -366,7 +366,7 @@ def test_a_table_planted_where_chunks_were_is_never_used(
         # The daemon skips the model, status says why, a search says what to do.
         assert pgembed.sync_once(database_url=db_url).written == 0
         (report,) = pgembed.status(database_url=db_url)
-        assert "is taken by a relation that is not pgembed's" in report["broken"]
+        assert "is taken by an object that is not pgembed's" in report["broken"]
         assert "rename or drop it, then `pgembed reindex whole`" in report["broken"]
         # A reindex refuses at once, not after embedding every row for a switch that would fail.
         result = cli("--database-url", db_url, "reindex", "whole")
