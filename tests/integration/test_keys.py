@@ -171,6 +171,46 @@ def test_a_writer_with_only_its_table_privileges_inserts_vectors_that_are_cleare
     assert vectors_missing(docs) == 3 and pending(docs) == ["11", "12", "20"]
 
 
+def test_the_owners_trigger_may_insert_into_another_watched_table_under_the_workers_flag(
+    docs: psycopg.Connection, db_url: str
+) -> None:
+    """The worker's flag lasts its write-back's transaction, which runs the owner's triggers: one
+    that inserts a row without a vector into another owner's watched table is no forgery (a
+    review saw every batch fail on it)."""
+    with role_maker(db_url) as make:
+        owner, other = make("owner"), make("other")
+        docs.execute("CREATE TABLE public.log (id serial PRIMARY KEY, body text)")
+        models.add(docs, models.AddRequest("logm", "log", "body", precision="fp32"))
+        for table, role in (("docs", owner), ("log", other)):
+            docs.execute(
+                sql.SQL("ALTER TABLE {} OWNER TO {}").format(
+                    sql.Identifier(table), sql.Identifier(role)
+                )
+            )
+        docs.execute(sql.SQL("GRANT INSERT ON log TO {}").format(sql.Identifier(owner)))
+        docs.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(owner)))
+        docs.execute(
+            sql.SQL("GRANT USAGE ON SEQUENCE log_id_seq TO {}").format(sql.Identifier(owner))
+        )
+        docs.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(owner)))
+        docs.execute(
+            "CREATE FUNCTION public.noted() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN INSERT INTO public.log (body) VALUES ('row ' || NEW.id || ' embedded'); "
+            "RETURN NULL; END$$"
+        )
+        docs.execute(
+            "CREATE TRIGGER noted AFTER UPDATE OF embedding_minilm ON docs "
+            "FOR EACH ROW EXECUTE FUNCTION public.noted()"
+        )
+        docs.execute("RESET ROLE")
+        docs.execute("UPDATE docs SET body = body || '!'")  # both rows queued again
+        assert pgembed.sync_once(database_url=db_url).failed == 0
+        assert vectors_missing(docs) == 0
+        assert docs.execute("SELECT count(*) FROM log").fetchone() == (2,)
+        docs.execute("DROP TABLE log CASCADE")
+        docs.execute("ALTER TABLE docs OWNER TO CURRENT_USER")
+
+
 def test_a_model_added_before_the_vector_guard_gets_it_at_migrate(
     docs: psycopg.Connection, db_url: str
 ) -> None:

@@ -297,6 +297,12 @@ BEGIN
         THEN
             RETURN NEW;
         END IF;
+        -- An INSERT without a vector: nothing to refuse (the flag lasts the worker's whole
+        -- transaction, in which the owner's trigger may insert into another watched table).
+        IF TG_OP = 'INSERT'
+           AND coalesce(to_jsonb(NEW) -> TG_ARGV[1], 'null'::jsonb) = 'null'::jsonb THEN
+            RETURN NEW;
+        END IF;
         RAISE EXCEPTION 'pgembed model %: role % may not write vectors into % with '
             'pgembed.writing = on (the sync worker''s flag, and its owner''s): write the rows '
             'without vectors, pgembed embeds them', TG_ARGV[0], current_user, TG_RELID::regclass
