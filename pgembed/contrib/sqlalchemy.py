@@ -176,7 +176,10 @@ def _require_vector(session: Session, entity: type[Any], spec: ModelSpec, key: A
     """Say which of the row or its vector is missing, naming the key as the caller gave it."""
     column = _column(entity, spec, spec.embedding_column)
     key_column = _column(entity, spec, spec.key_column)
-    found = session.execute(sa.select(column).where(key_column == key)).first()
+    statement = sa.select(column).where(key_column == key)
+    if isinstance(column.table, sa.Table):  # the table's own rows only (naming.only)
+        statement = statement.with_hint(column.table, "ONLY", "postgresql")
+    found = session.execute(statement).first()
     if found is None:
         raise NotFoundError(f"{spec.qualified_table} has no row with {spec.key_column} = {key!r}")
     if found[0] is None:

@@ -109,7 +109,8 @@ SELECT n.name
 FROM pg_catalog.unnest(%(names)s::text[]) AS n(name)
 WHERE EXISTS (
         SELECT FROM pg_catalog.pg_class c
-        WHERE c.relnamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace(%(schema)s::text)
+        WHERE c.relnamespace OPERATOR(pg_catalog.=)
+              pg_catalog.to_regnamespace(pg_catalog.quote_ident(%(schema)s::text))
           AND c.relname OPERATOR(pg_catalog.=) n.name
           AND c.oid IS DISTINCT FROM %(own)s::pg_catalog.oid
           AND NOT EXISTS (SELECT FROM pg_catalog.pg_index i
@@ -117,7 +118,8 @@ WHERE EXISTS (
                             AND i.indrelid OPERATOR(pg_catalog.=) %(own)s::pg_catalog.oid))
    OR EXISTS (
         SELECT FROM pg_catalog.pg_type t
-        WHERE t.typnamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace(%(schema)s::text)
+        WHERE t.typnamespace OPERATOR(pg_catalog.=)
+              pg_catalog.to_regnamespace(pg_catalog.quote_ident(%(schema)s::text))
           AND t.typname OPERATOR(pg_catalog.=) n.name
           AND t.typrelid OPERATOR(pg_catalog.=) 0)
 ORDER BY n.name;

@@ -468,24 +468,30 @@ def test_bad_requests_are_refused_and_tables_of_others_left_alone(db_url: str) -
         assert conn.execute("SELECT count(*) FROM pgembed.models").fetchone() == (0,)
 
 
-def test_a_reindex_into_chunks_refuses_names_another_object_holds(db_url: str) -> None:
+@pytest.mark.parametrize("schema", ["public", "Sales"])
+def test_a_reindex_into_chunks_refuses_names_another_object_holds(db_url: str, schema: str) -> None:
     """A type or an index name of the chunk table taken: `model alter --long-texts chunk` refuses
     at once, naming it, instead of embedding every row for a switch that fails (an audit's enum
-    `pgembed_tm_chunks` left the shadow behind)."""
+    `pgembed_tm_chunks` left the shadow behind), in a schema of capitals too (a review's)."""
+    where = sql.Identifier(schema)
     with db.connection(db_url) as conn:
-        conn.execute("CREATE TABLE docs (id integer PRIMARY KEY, body text)")
-        conn.execute("INSERT INTO docs VALUES (1, 'a review')")
-        models.add(conn, models.AddRequest("tm", "docs", "body", precision="fp32"))
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(where))
+        conn.execute(
+            sql.SQL("CREATE TABLE {}.docs (id integer PRIMARY KEY, body text)").format(where)
+        )
+        conn.execute(sql.SQL("INSERT INTO {}.docs VALUES (1, 'a review')").format(where))
+        models.add(conn, models.AddRequest("tm", f"{schema}.docs", "body", precision="fp32"))
         for squat, name in (
-            ("TYPE public.pgembed_tm_chunks AS ENUM ('x')", "public.pgembed_tm_chunks"),
-            ("TABLE public.pgembed_tm_ckey (x integer)", "public.pgembed_tm_ckey"),
+            ("TYPE {}.pgembed_tm_chunks AS ENUM ('x')", "pgembed_tm_chunks"),
+            ("TABLE {}.pgembed_tm_ckey (x integer)", "pgembed_tm_ckey"),
         ):
-            conn.execute(f"CREATE {squat}")
+            conn.execute(sql.SQL("CREATE " + squat).format(where))
             result = cli("--database-url", db_url, "model", "alter", "tm", "--long-texts", "chunk")
             assert result.exit_code == 2, result.output
-            assert f"{name}, a name of its chunk table or its indexes, is taken" in result.output
+            taken = f"{schema}.{name}, a name of its chunk table or its indexes, is taken"
+            assert taken in result.output, result.output
             assert registry.shadow(conn, "tm") is None
-            conn.execute(f"DROP {squat.split(' (')[0].split(' AS ')[0]}")
+            conn.execute(sql.SQL("DROP " + squat.split(" (")[0].split(" AS ")[0]).format(where))
         result = cli("--database-url", db_url, "model", "alter", "tm", "--long-texts", "chunk")
         assert result.exit_code == 0, result.output
 
