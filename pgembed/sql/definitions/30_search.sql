@@ -900,11 +900,12 @@ BEGIN
     -- 2,000 times: 96 s on 3,000 reviews; the full-text ranking alone, 200 times: 1.5 s against
     -- 0.28 s once). At most 255 nodes (some 128 words): 300 distinct words took 0.4 s there,
     -- and hardly a row has so many words at once.
-    -- Words joined by `or` likewise (`film or film ...` x 128: 7.2 s on 25,000 reviews): without
-    -- NOT or phrases, websearch_to_tsquery gives an OR of ANDs of words, unparenthesised (AND
-    -- binds tighter), each AND and the OR taken as sets.
+    -- Words joined by `or` likewise (`film or film ...` x 128: 7.2 s on 25,000 reviews):
+    -- websearch_to_tsquery gives an OR of ANDs of terms (a word, `!word`, a phrase `a <-> b`, as
+    -- a hyphenated word or `o'reilly` makes), unparenthesised (AND binds tighter), each AND and
+    -- the OR taken as sets; a text it writes with parentheses is left as it is.
     words := websearch_to_tsquery('english', query_text);
-    IF numnode(words) > 1 AND words::text !~ '[!<()]' THEN
+    IF numnode(words) > 1 AND words::text !~ '[()]' THEN
         words := array_to_string(ARRAY(
             SELECT DISTINCT array_to_string(ARRAY(
                 SELECT DISTINCT w FROM unnest(string_to_array(o, ' & ')) w ORDER BY w), ' & ')
