@@ -86,29 +86,40 @@ def create_triggers(conn: psycopg.Connection, spec: ModelSpec) -> None:
     ]
     for statement in statements:
         conn.execute(statement)
-    guard_inserted_vectors(conn, spec)
+    guard_vectors(conn, spec)
     roles.grant_table(conn, spec)
 
 
-def guard_inserted_vectors(conn: psycopg.Connection, spec: ModelSpec) -> bool:
-    """The trigger that clears a vector an INSERT brings, made (ALWAYS) by its SQL definition;
-    False on a schema older than that definition, where `pgembed migrate` makes it later."""
+def guard_vectors(conn: psycopg.Connection, spec: ModelSpec) -> bool:
+    """The fifth trigger (made again if older, firing ALWAYS): a vector an INSERT brings, and
+    any write of the vector column under pgembed.writing, go through capture_insert_vector_v1
+    (which clears the one, and refuses the other to a role it does not honour); its WHEN lets
+    every unflagged row without a vector, a bulk COPY's rows, pass without a call. False on a
+    schema older than that function, where `pgembed migrate` makes the trigger later
+    (lifecycle/setup.py guard_older_models)."""
     defined = conn.execute(
-        "SELECT pg_catalog.to_regprocedure("
-        "'pgembed._guard_inserted_vectors_v1(text, text, text, text, text)') IS NOT NULL"
+        "SELECT pg_catalog.to_regprocedure('pgembed.capture_insert_vector_v1()') IS NOT NULL"
     ).fetchone()
     if not defined or not defined[0]:
         return False
+    table, vector = naming.table(spec), sql.Identifier(spec.embedding_column)
+    trigger = sql.Identifier(naming.trigger_names(spec)[4])
     conn.execute(
-        "SELECT pgembed._guard_inserted_vectors_v1(%s, %s, %s, %s, %s)",
-        (
-            spec.name,
-            spec.table_schema,
-            spec.table_name,
-            naming.trigger_names(spec)[4],
-            spec.embedding_column,
-        ),
+        sql.SQL(
+            "CREATE OR REPLACE TRIGGER {trigger} BEFORE INSERT OR UPDATE OF {vector} ON {table} "
+            "FOR EACH ROW WHEN ((NEW.{vector} IS NOT NULL "
+            "OR pg_catalog.current_setting('pgembed.writing', true) = 'on') "
+            "AND pg_catalog.current_setting('session_replication_role') <> 'replica') "
+            "EXECUTE FUNCTION pgembed.capture_insert_vector_v1({model}, {column})"
+        ).format(
+            trigger=trigger,
+            vector=vector,
+            table=table,
+            model=sql.Literal(spec.name),
+            column=sql.Literal(spec.embedding_column),
+        )
     )
+    conn.execute(sql.SQL("ALTER TABLE {} ENABLE ALWAYS TRIGGER {}").format(table, trigger))
     return True
 
 

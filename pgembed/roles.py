@@ -5,8 +5,6 @@ vector column. Application writers need nothing (see sql/roles.sql)."""
 
 from __future__ import annotations
 
-from typing import LiteralString
-
 import psycopg
 from psycopg import sql
 
@@ -42,7 +40,16 @@ def grant(conn: psycopg.Connection) -> None:
 def grant_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """The daemon role reads the key and text and writes the vector of a model's table; with a
     chunk table, the daemon writes it and the reader reads it."""
-    _column_privileges(conn, spec, "GRANT {} ON {} TO {}")
+    if _exists(conn, DAEMON):
+        readable = sql.SQL(", ").join(sql.Identifier(c) for c in spec.columns)
+        conn.execute(
+            sql.SQL("GRANT SELECT ({}), UPDATE ({}) ON {} TO {}").format(
+                readable,
+                sql.Identifier(spec.embedding_column),
+                naming.table(spec),
+                sql.Identifier(DAEMON),
+            )
+        )
     if not spec.chunked:
         return
     chunks = naming.chunk_table(spec)
@@ -83,15 +90,6 @@ def revoke_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
                 columns, naming.table(spec), sql.Identifier(DAEMON)
             )
         )
-
-
-def _column_privileges(conn: psycopg.Connection, spec: ModelSpec, template: LiteralString) -> None:
-    if not _exists(conn, DAEMON):
-        return
-    readable = sql.SQL(", ").join(sql.Identifier(c) for c in spec.columns)
-    vector = sql.Identifier(spec.embedding_column)
-    privileges = sql.SQL("SELECT ({}), UPDATE ({})").format(readable, vector)
-    conn.execute(sql.SQL(template).format(privileges, naming.table(spec), sql.Identifier(DAEMON)))
 
 
 def _exists(conn: psycopg.Connection, role: str) -> bool:

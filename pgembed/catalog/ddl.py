@@ -103,8 +103,8 @@ def follow_row_security(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """A role sees a chunk only while it may see the chunk's row and its vector: the policy's
     subquery reads the watched table's key and vector columns as the querying role, so that
     table's grants, column grants included, and row-level security apply (a role without SELECT
-    on the vector column is refused the chunks, as it is the column). Its owner (schema
-    pgembed's, as the capture functions that clean chunks up) is not subject to it. Migrations
+    on the vector column is refused the chunks, as it is the column). Its owner (pgembed's
+    catalog's, as the capture functions that clean chunks up) is not subject to it. Migrations
     0015 and 0017 made the same on chunk tables made before. The policy depends on the vector
     column: the chunk table goes before it (models.drop_objects, switch)."""
     table = naming.chunk_table(spec)

@@ -209,37 +209,42 @@ def require_column(info: TableInfo, column: str) -> None:
 def model_problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
     """problem() of a model's table and columns, and of a chunked model's chunk table."""
     reason = problem(conn, spec.table_schema, spec.table_name, spec.columns)
-    if reason is None and spec.chunked:
-        reason = foreign_chunks(conn, spec)
-        chunks = naming.chunk_table_name(spec)
-        if reason is None and not own_chunks(conn, spec.table_schema, chunks):
-            reason = (
-                f"its chunk table {spec.table_schema}.{chunks} is gone: "
-                f"`pgembed reindex {spec.name}` makes it again"
-            )
-    return reason
+    if reason is not None or not spec.chunked:
+        return reason
+    own, taken = _chunk_names(conn, spec)
+    if taken is None and not own:
+        return (
+            f"its chunk table {spec.table_schema}.{naming.chunk_table_name(spec)} is gone: "
+            f"`pgembed reindex {spec.name}` makes it again"
+        )
+    return taken
 
 
 def foreign_chunks(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
     """Why a name of the model's chunk table or its indexes is taken by an object that is not
     pgembed's (another role's table, view, index or type: a reindex's switch could not take
     it), else None."""
-    chunks = naming.chunk_table_name(spec)
-    own = conn.execute(
-        "SELECT pgembed._own_chunks_v1(pg_catalog.format('%%I.%%I', %s::text, %s::text))::oid",
-        (spec.table_schema, chunks),
+    return _chunk_names(conn, spec)[1]
+
+
+def _chunk_names(conn: psycopg.Connection, spec: ModelSpec) -> tuple[bool, str | None]:
+    """Whether the model's chunk table is pgembed's, and foreign_chunks(), in one statement."""
+    names = [
+        naming.chunk_table_name(spec),
+        naming.chunk_index_name(spec),
+        naming.chunk_key_name(spec),
+    ]
+    row = conn.execute(
+        sqlfiles.get("catalog", "chunk_names"), {"schema": spec.table_schema, "names": names}
     ).fetchone()
-    names = [chunks, naming.chunk_index_name(spec), naming.chunk_key_name(spec)]
-    where = {"schema": spec.table_schema, "names": names, "own": own[0] if own else None}
-    taken = [row[0] for row in conn.execute(sqlfiles.get("catalog", "chunk_names_taken"), where)]
+    own, taken, owner = row if row else (False, [], None)
     if not taken:
-        return None
-    owner = conn.execute(sqlfiles.get("catalog", "pgembed_owner")).fetchone()
-    return (
+        return own, None
+    return own, (
         f"{', '.join(f'{spec.table_schema}.{name}' for name in taken)}, a name of its chunk table "
         "or its indexes, is taken by an object that is not pgembed's: rename or drop it, then "
         f"`pgembed reindex {spec.name}` (a chunk table of pgembed's whose owner changed is "
-        f"given back by `ALTER TABLE ... OWNER TO {owner[0] if owner else 'its owner'}`)"
+        f"given back by `ALTER TABLE ... OWNER TO {owner or 'its owner'}`)"
     )
 
 

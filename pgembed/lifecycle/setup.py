@@ -263,11 +263,11 @@ def leftovers(conn: psycopg.Connection, name: str) -> bool:
 
 def guard_older_models(conn: psycopg.Connection) -> list[str]:
     """`pgembed migrate`'s last step: models made before the trigger that guards their vectors
-    (clears a vector an INSERT brings, honours pgembed.writing for the table's owner only), or
-    before it watched updates, get it, each table in a short transaction of its own
-    (ddl.retrying_locks), so that no lock is held on an application's table for longer. One
-    line for each model it was added to or could not be (a table this role may not alter, or
-    busy); a model whose table or vector column is gone is left to `status`."""
+    (capture.guard_vectors), or before it watched updates and flagged writes, get it, each table
+    in a short transaction of its own (ddl.retrying_locks), so that no lock is held on an
+    application's table for longer. One line for each model it was added to or could not be (a
+    table this role may not alter, or busy); a model whose table or vector column is gone is left
+    to `status`."""
     said: list[str] = []
     for spec in registry.all_models(conn):
         row = conn.execute(
@@ -282,7 +282,7 @@ def guard_older_models(conn: psycopg.Connection) -> list[str]:
         if not row or not row[0]:
             continue
         where = f"{spec.table_schema}.{spec.table_name}"
-        guard = functools.partial(capture.guard_inserted_vectors, conn, spec)
+        guard = functools.partial(capture.guard_vectors, conn, spec)
         try:
             ddl.retrying_locks(conn, spec.table_schema, spec.table_name, guard)
         except psycopg.errors.InsufficientPrivilege as exc:

@@ -100,29 +100,36 @@ SELECT pg_catalog.to_regclass(pg_catalog.format('%%I.%%I', %(schema)s::text, %(n
 SELECT pgembed._own_chunks_v1(pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text))
     IS NOT NULL;
 
--- name: chunk_names_taken
--- Which of a chunked model's names (its chunk table, that table's index and key) another object
--- holds in the schema: a relation that is neither the model's own chunk table (`own`, NULL if
--- none) nor an index of it, or a type no relation owns (an enum, a domain): a reindex's switch
--- renames its shadow's chunk table and indexes to them.
-SELECT n.name
-FROM pg_catalog.unnest(%(names)s::text[]) AS n(name)
-WHERE EXISTS (
-        SELECT FROM pg_catalog.pg_class c
-        WHERE c.relnamespace OPERATOR(pg_catalog.=)
-              pg_catalog.to_regnamespace(pg_catalog.quote_ident(%(schema)s::text))
-          AND c.relname OPERATOR(pg_catalog.=) n.name
-          AND c.oid IS DISTINCT FROM %(own)s::pg_catalog.oid
-          AND NOT EXISTS (SELECT FROM pg_catalog.pg_index i
-                          WHERE i.indexrelid OPERATOR(pg_catalog.=) c.oid
-                            AND i.indrelid OPERATOR(pg_catalog.=) %(own)s::pg_catalog.oid))
-   OR EXISTS (
-        SELECT FROM pg_catalog.pg_type t
-        WHERE t.typnamespace OPERATOR(pg_catalog.=)
-              pg_catalog.to_regnamespace(pg_catalog.quote_ident(%(schema)s::text))
-          AND t.typname OPERATOR(pg_catalog.=) n.name
-          AND t.typrelid OPERATOR(pg_catalog.=) 0)
-ORDER BY n.name;
+-- name: chunk_names
+-- Of a chunked model's names (`names`: its chunk table first, then that table's index and key):
+-- whether the first is pgembed's chunk table (_own_chunks_v1); which of them another object
+-- holds in the schema, a relation that is neither that chunk table nor an index of it, or a type
+-- no relation owns (an enum, a domain), since a reindex's switch renames its shadow's chunk table
+-- and indexes to them; and pgembed's owner (pgembed_owner below), who may be given one back.
+WITH own AS (
+    SELECT pgembed._own_chunks_v1(pg_catalog.format('%%I.%%I', %(schema)s::text,
+                                                    (%(names)s::text[])[1]))::pg_catalog.oid AS oid,
+           pg_catalog.to_regnamespace(pg_catalog.quote_ident(%(schema)s::text)) AS nsp)
+SELECT own.oid IS NOT NULL,
+       ARRAY(SELECT n.name
+             FROM pg_catalog.unnest(%(names)s::text[]) AS n(name)
+             WHERE EXISTS (
+                     SELECT FROM pg_catalog.pg_class c
+                     WHERE c.relnamespace OPERATOR(pg_catalog.=) own.nsp
+                       AND c.relname OPERATOR(pg_catalog.=) n.name
+                       AND c.oid IS DISTINCT FROM own.oid
+                       AND NOT EXISTS (SELECT FROM pg_catalog.pg_index i
+                                       WHERE i.indexrelid OPERATOR(pg_catalog.=) c.oid
+                                         AND i.indrelid OPERATOR(pg_catalog.=) own.oid))
+                OR EXISTS (
+                     SELECT FROM pg_catalog.pg_type t
+                     WHERE t.typnamespace OPERATOR(pg_catalog.=) own.nsp
+                       AND t.typname OPERATOR(pg_catalog.=) n.name
+                       AND t.typrelid OPERATOR(pg_catalog.=) 0)
+             ORDER BY n.name),
+       (SELECT k.relowner::pg_catalog.regrole::text FROM pg_catalog.pg_class k
+        WHERE k.oid OPERATOR(pg_catalog.=) 'pgembed.models'::pg_catalog.regclass)
+FROM own;
 
 -- name: pgembed_owner
 -- pgembed's owner: the owner of its catalog (the role that first ran `pgembed migrate`, as its

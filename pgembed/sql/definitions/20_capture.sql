@@ -328,25 +328,3 @@ REVOKE EXECUTE ON FUNCTION pgembed.capture_insert_v1(), pgembed.capture_update_v
     pgembed.capture_delete_v1(), pgembed.capture_truncate_v1(),
     pgembed.capture_insert_vector_v1() FROM PUBLIC;
 
--- The trigger of capture_insert_vector_v1 on a model's table (capture.py makes it with the
--- model's other triggers, and for models made before it, or before it watched updates and
--- flagged writes, at `pgembed migrate`): a row trigger whose WHEN lets every unflagged row
--- without a vector, a bulk COPY's rows, pass without a call. Firing ALWAYS, as the others (not
--- under a replication apply: its WHEN says so). Run as the caller (PUBLIC may call it): only the
--- table's owner may make triggers on it.
-CREATE OR REPLACE FUNCTION pgembed._guard_inserted_vectors_v1(
-    model text, table_schema text, table_name text, trigger_name text, vector_column text
-) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    EXECUTE format(
-        'CREATE OR REPLACE TRIGGER %1$I BEFORE INSERT OR UPDATE OF %4$I ON %2$I.%3$I '
-        'FOR EACH ROW WHEN ((NEW.%4$I IS NOT NULL '
-        'OR pg_catalog.current_setting(''pgembed.writing'', true) = ''on'') '
-        'AND pg_catalog.current_setting(''session_replication_role'') <> ''replica'') '
-        'EXECUTE FUNCTION pgembed.capture_insert_vector_v1(%5$L, %4$L)',
-        trigger_name, table_schema, table_name, vector_column, model);
-    EXECUTE format('ALTER TABLE %I.%I ENABLE ALWAYS TRIGGER %I',
-                   table_schema, table_name, trigger_name);
-END
-$fn$;

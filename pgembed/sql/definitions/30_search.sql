@@ -895,15 +895,13 @@ BEGIN
         RAISE EXCEPTION 'model % has no full-text index: run `pgembed model fulltext %`',
             m.name, m.name USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    -- The full-text query. A plain AND of words (no OR, NOT or phrase) takes each word once: a
-    -- repeated word matches the same rows, but ts_rank_cd pays for every copy (an audit's `film`
-    -- 2,000 times: 96 s on 3,000 reviews; the full-text ranking alone, 200 times: 1.5 s against
-    -- 0.28 s once). At most 255 nodes (some 128 words): 300 distinct words took 0.4 s there,
-    -- and hardly a row has so many words at once.
-    -- Words joined by `or` likewise (`film or film ...` x 128: 7.2 s on 25,000 reviews):
-    -- websearch_to_tsquery gives an OR of ANDs of terms (a word, `!word`, a phrase `a <-> b`, as
-    -- a hyphenated word or `o'reilly` makes), unparenthesised (AND binds tighter), each AND and
-    -- the OR taken as sets; a text it writes with parentheses is left as it is.
+    -- The full-text query, each term once: a repeated term matches the same rows, but ts_rank_cd
+    -- pays for every copy (an audit's `film` 2,000 times: 96 s on 3,000 reviews; `film or film
+    -- ...` x 128: 7.2 s on 25,000). websearch_to_tsquery writes an OR of ANDs of terms (a word,
+    -- `!word`, a phrase `a <-> b`, as a hyphenated word or `o'reilly` makes), unparenthesised
+    -- (AND binds tighter): each AND and the OR are taken as sets; a text it writes with
+    -- parentheses is left as it is. At most 255 nodes (some 128 words): 300 distinct words took
+    -- 0.4 s on 3,000 reviews, and hardly a row has so many words at once.
     words := websearch_to_tsquery('english', query_text);
     IF numnode(words) > 1 AND words::text !~ '[()]' THEN
         words := array_to_string(ARRAY(
