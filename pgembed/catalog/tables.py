@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -217,6 +217,10 @@ def model_problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
             f"its chunk table {spec.table_schema}.{naming.chunk_table_name(spec)} is gone: "
             f"`pgembed reindex {spec.name}` makes it again"
         )
+    if taken is None and spec.shadow_of is not None:
+        # The switch renames the shadow's chunk table and indexes to the model's names: one
+        # taken since the reindex began would fail it after every row was embedded again.
+        taken = foreign_chunks(conn, replace(spec, name=spec.shadow_of))
     return taken
 
 

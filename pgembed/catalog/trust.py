@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import psycopg
 
 from pgembed import sqlfiles
+from pgembed.catalog import tables
 from pgembed.catalog.registry import ModelSpec
 
 
@@ -50,6 +51,14 @@ def inspect(conn: psycopg.Connection, spec: ModelSpec) -> TableTrust | None:
         {"schema": spec.table_schema, "name": spec.table_name},
     ).fetchone()
     return None if row is None else TableTrust(*row)
+
+
+def broken(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
+    """Why the model cannot be synced: its table, columns or chunk names (tables.model_problem),
+    or this role's rights on the table (problem below); else None. The daemon skips such a
+    model, `status` marks it broken and a reindex's or backfill's own fill stops, each saying
+    this one line."""
+    return tables.model_problem(conn, spec) or problem(conn, spec)
 
 
 def problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:

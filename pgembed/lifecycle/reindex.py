@@ -18,7 +18,7 @@ import psycopg
 from psycopg import sql
 
 from pgembed import capture, checks, db, defaults, sqlfiles
-from pgembed.catalog import ddl, naming, registry, tables
+from pgembed.catalog import ddl, naming, registry, tables, trust
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.encode.settings import settings_of
@@ -277,6 +277,11 @@ class Filling:
         self.reporter.phase("embedding")
         while not self.stop_event.is_set():
             with db.connection(self.url) as conn:
+                # This process's worker would skip the model, and this loop wait for ever.
+                reason = trust.broken(conn, spec)
+                if reason is not None:
+                    what = f"reindex of {spec.shadow_of}" if spec.shadow_of else "backfill"
+                    raise UsageError(f"the {what} cannot go on: {reason}")
                 done = progress(conn, spec)
             self.reporter.rows(done.embedded, done.embedded + done.queued)
             if done.queued == 0:

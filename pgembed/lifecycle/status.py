@@ -8,23 +8,17 @@ import psycopg
 from psycopg.rows import dict_row
 
 from pgembed import defaults, sqlfiles
-from pgembed.catalog import ddl, naming, registry, tables, trust
+from pgembed.catalog import ddl, naming, registry, trust
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import engines
 from pgembed.lifecycle import counts, reindex, setup
-
-
-def broken(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
-    """Why the model's table can no longer be served (dropped table or column), or this role
-    could not sync it (row-level security, an owner it may not act as), else None."""
-    return tables.model_problem(conn, spec) or trust.problem(conn, spec)
 
 
 def model_status(conn: psycopg.Connection, spec: ModelSpec, exact: bool = False) -> dict[str, Any]:
     """The model's numbers; `broken` says why its table cannot be read (its rows are then None).
     A table of more than counts.EXACT_UP_TO rows is not counted but estimated (`counts` says
     which), unless `exact`."""
-    problem = broken(conn, spec)
+    problem = trust.broken(conn, spec)
     with conn.cursor(row_factory=dict_row) as cur:
         stats = (
             cur.execute(sqlfiles.get("lifecycle", "queue_stats"), {"model": spec.name}).fetchone()
@@ -119,7 +113,7 @@ def all_status(conn: psycopg.Connection, exact: bool = False) -> list[dict[str, 
 
 
 def reindex_status(conn: psycopg.Connection, shadow: ModelSpec) -> dict[str, Any]:
-    problem = broken(conn, shadow)
+    problem = trust.broken(conn, shadow)
     done = reindex.ShadowProgress(0, 0, 0) if problem else reindex.progress(conn, shadow)
     return {
         "shadow": shadow.name,

@@ -83,11 +83,9 @@ def _swap_chunks(
     ddl.drop_chunks(conn, old)
     if not shadow.chunked:
         return
-    if tables.exists(conn, new.table_schema, naming.chunk_table_name(new)):
-        raise UsageError(
-            f"{new.table_schema}.{naming.chunk_table_name(new)} is not pgembed's chunk table: "
-            f"rename it, then run `pgembed reindex {new.name}` again"
-        )
+    taken = tables.foreign_chunks(conn, new)  # the old chunks are gone: any holder is foreign
+    if taken is not None:
+        raise UsageError(f"model {new.name!r}: {taken}")
     conn.execute(
         sql.SQL("ALTER TABLE {} RENAME TO {}").format(
             naming.chunk_table(shadow), sql.Identifier(naming.chunk_table_name(new))

@@ -22,7 +22,7 @@ from functools import partial
 import psycopg
 
 from pgembed import db, defaults, migrate
-from pgembed.catalog import registry, tables, trust
+from pgembed.catalog import registry, trust
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, hardware
 from pgembed.encode.settings import runtime_settings
@@ -235,7 +235,7 @@ class Worker:
         """Whether the model's table and columns are there and this role may sync it safely and
         whole (catalog/trust.py); a new reason is logged once, and the model is checked again
         at each catalog read (after a wait, or a change)."""
-        reason = tables.model_problem(conn, spec) or trust.problem(conn, spec)
+        reason = trust.broken(conn, spec)
         before = self._broken.pop(spec.name, None)
         if reason is None:
             if before is not None:

@@ -31,7 +31,8 @@ from pgembed.catalog import registry
 from pgembed.contrib import sqlalchemy as orm
 from pgembed.encode import embedder
 from pgembed.encode.settings import settings_of
-from pgembed.lifecycle import models, status
+from pgembed.errors import UsageError
+from pgembed.lifecycle import models, status, switch
 from pgembed.search import topk
 from pgembed.sync import worker
 
@@ -494,6 +495,41 @@ def test_a_reindex_into_chunks_refuses_names_another_object_holds(db_url: str, s
             conn.execute(sql.SQL("DROP " + squat.split(" (")[0].split(" AS ")[0]).format(where))
         result = cli("--database-url", db_url, "model", "alter", "tm", "--long-texts", "chunk")
         assert result.exit_code == 0, result.output
+
+
+def test_a_name_taken_while_a_reindex_into_chunks_runs_stops_it_before_the_switch(
+    db_url: str,
+) -> None:
+    """A name the switch will give the shadow's chunk table or index, taken after the reindex
+    began: status marks the reindex broken and the daemon leaves it, `pgembed reindex` stops at
+    once saying why (it embedded every row, then failed at the switch with `type ... already
+    exists`), and a switch that meets one refuses in the same words; freed, the reindex ends."""
+    url = ("--database-url", db_url)
+    with db.connection(db_url) as conn:
+        conn.execute("CREATE TABLE docs (id integer PRIMARY KEY, body text)")
+        conn.execute("INSERT INTO docs VALUES (1, 'a review'), (2, 'another review')")
+        models.add(conn, models.AddRequest("tm", "docs", "body", precision="fp32"))
+        assert pgembed.sync_once(database_url=db_url).written == 2
+        started = cli(*url, "model", "alter", "tm", "--long-texts", "chunk", "--no-wait")
+        assert started.exit_code == 0, started.output
+        conn.execute("CREATE TYPE pgembed_tm_chunks AS ENUM ('x')")
+        taken = "public.pgembed_tm_chunks, a name of its chunk table or its indexes, is taken"
+        (report,) = status.all_status(conn)
+        assert taken in report["reindex"]["broken"], report
+        assert pgembed.sync_once(database_url=db_url).written == 0
+        stopped = cli(*url, "reindex", "tm")
+        assert stopped.exit_code == 2, stopped.output
+        assert f"the reindex of tm cannot go on: {taken}" in stopped.output
+        conn.execute("DROP TYPE pgembed_tm_chunks")
+        assert pgembed.sync_once(database_url=db_url).written == 2  # the shadow, filled
+        conn.execute("CREATE TABLE pgembed_tm_hnswc (x integer)")
+        with pytest.raises(UsageError, match=r"public\.pgembed_tm_hnswc, a name of its chunk"):
+            switch.swap_in(conn, "tm")  # its own transaction
+        assert registry.shadow(conn, "tm") is not None
+        conn.execute("DROP TABLE pgembed_tm_hnswc")
+        finished = cli(*url, "reindex", "tm")
+        assert finished.exit_code == 0, finished.output
+        assert registry.get(conn, "tm").chunked
 
 
 # --- recall against exact search, by best window ------------------------------------------------

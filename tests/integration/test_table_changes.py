@@ -12,7 +12,7 @@ from pgvector.sqlalchemy import Vector
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import pgembed
-from helpers import REVIEWS, cli
+from helpers import REVIEWS, cli, run_cli
 from pgembed.catalog import registry
 from pgembed.contrib import sqlalchemy as orm
 from pgembed.errors import UsageError
@@ -146,6 +146,35 @@ def test_an_inheritance_child_made_later_is_never_searched(
     assert all(doc.body != "a child row" for doc, _ in found)
     (report,) = status.all_status(conn)
     assert "has inheritance children (public.more_reviews)" in report["broken"]
+
+
+def test_a_reindex_whose_table_breaks_stops_and_says_why(
+    db_url: str, conn: psycopg.Connection
+) -> None:
+    """A reindex's own fill, with the table broken since it began (here an inheritance child),
+    stops in one line instead of waiting for ever on a model its worker skips (the audit's
+    `pgembed reindex` logged the skip six times a second until killed); once mended, it goes on."""
+    conn.execute("CREATE TABLE public.reviews (id int PRIMARY KEY, body text)")
+    conn.cursor().executemany("INSERT INTO public.reviews VALUES (%s, %s)", REVIEWS)
+    add(conn, "minilm", "reviews", "body")
+    url = ("--database-url", db_url)
+    started = cli(*url, "model", "alter", "minilm", "--max-seq-length", "64", "--no-wait")
+    assert started.exit_code == 0, started.output
+    conn.execute("CREATE TABLE public.more_reviews () INHERITS (public.reviews)")
+    stopped = run_cli(*url, "reindex", "minilm", timeout=90)
+    assert stopped.returncode == 2, stopped.stderr
+    (line,) = [line for line in stopped.stderr.splitlines() if "error" in line]
+    assert line == (
+        "pgembed: error: the reindex of minilm cannot go on: table public.reviews has inheritance "
+        "children (public.more_reviews): not supported (every query of it reads their rows too, "
+        "which its triggers do not capture: their text changes would keep old vectors); watch "
+        "each table of its own, or detach them (`ALTER TABLE child NO INHERIT parent`)"
+    ), stopped.stderr
+    assert registry.shadow(conn, "minilm") is not None
+    conn.execute("ALTER TABLE public.more_reviews NO INHERIT public.reviews")
+    finished = cli(*url, "reindex", "minilm")
+    assert finished.exit_code == 0, finished.output
+    assert registry.get(conn, "minilm").max_seq_length == 64
 
 
 @pytest.mark.parametrize("kind", ["STORED", "VIRTUAL"])
