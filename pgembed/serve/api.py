@@ -187,6 +187,19 @@ def _is_request_error(cause: BaseException | None) -> bool:
     return cause.sqlstate[:2] in ("22", "42") and cause.sqlstate != "42501"
 
 
+def timed_out(cancelled: psycopg.errors.QueryCanceled, ran: float, limit: float) -> bool:
+    """Whether a cancelled statement was stopped by the statement timeout (`limit` seconds, 0:
+    none), not by an administrator's pg_cancel_backend: both are SQLSTATE 57014. PostgreSQL
+    says which in its message, in English unless the server's lc_messages is another language;
+    then a request that ran at least `limit` seconds (`ran`) is taken for the timeout."""
+    said = db.first_line(cancelled)
+    if "statement timeout" in said:
+        return True
+    if "user request" in said:
+        return False
+    return 0 < limit <= ran
+
+
 def _found(exc: BaseException, kind: type[_E]) -> _E | None:
     """`exc` or the first error of its chain (a translation's cause or context) of that kind."""
     seen: BaseException | None = exc
@@ -276,12 +289,13 @@ class Api:
         """`work`, with no connection free in time said as the server's being busy (every
         connection taken), not as the database being unavailable, and a statement the server
         cancelled (the statement timeout) as a 504: the same request would time out again."""
+        started = time.monotonic()
         try:
             return await work
         except Exception as exc:
             cancelled = _found(exc, psycopg.errors.QueryCanceled)
-            # Not another cancel (an administrator's pg_cancel_backend: "due to user request").
-            if cancelled is not None and "statement timeout" in db.first_line(cancelled):
+            ran = time.monotonic() - started
+            if cancelled is not None and timed_out(cancelled, ran, self.statement_timeout):
                 limit = f"{self.statement_timeout:g} s" if self.statement_timeout else "none"
                 raise ApiError(
                     504,
