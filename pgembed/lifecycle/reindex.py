@@ -280,7 +280,11 @@ class Filling:
                 # This process's worker would skip the model, and this loop wait for ever.
                 reason = trust.broken(conn, spec)
                 if reason is not None:
-                    what = f"reindex of {spec.shadow_of}" if spec.shadow_of else "backfill"
+                    what = (
+                        f"reindex of {spec.shadow_of}"
+                        if spec.shadow_of
+                        else f"backfill of {spec.name}"
+                    )
                     raise UsageError(f"the {what} cannot go on: {reason}")
                 done = progress(conn, spec)
             self.reporter.rows(done.embedded, done.embedded + done.queued)
