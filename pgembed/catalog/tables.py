@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from pgembed import sqlfiles
-from pgembed.catalog import naming
+from pgembed.catalog import naming, registry
 from pgembed.errors import NotFoundError, UsageError
 
 if TYPE_CHECKING:
@@ -213,25 +213,39 @@ def model_problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
         return reason
     own, taken = _chunk_names(conn, spec)
     if taken is None and not own:
+        if spec.shadow_of is not None:  # nothing makes a shadow's again
+            return (
+                f"its chunk table {spec.table_schema}.{naming.chunk_table_name(spec)} is gone: "
+                f"`pgembed reindex {spec.shadow_of} --abort` gives the reindex up; start it again"
+            )
         return (
             f"its chunk table {spec.table_schema}.{naming.chunk_table_name(spec)} is gone: "
             f"`pgembed reindex {spec.name}` makes it again"
         )
-    if taken is None and spec.shadow_of is not None:
-        # The switch renames the shadow's chunk table and indexes to the model's names: one
-        # taken since the reindex began would fail it after every row was embedded again.
-        taken = foreign_chunks(conn, replace(spec, name=spec.shadow_of))
     return taken
 
 
-def foreign_chunks(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
+def switch_problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
+    """For a reindex's chunked shadow: why its switch, which renames the shadow's chunk table
+    and indexes to the model's names, would fail (one taken since the reindex began, found only
+    after every row was embedded again), else None."""
+    if spec.shadow_of is None or not spec.chunked:
+        return None
+    live = registry.get(conn, spec.shadow_of)  # its own chunk table, if it has one, may stay
+    return foreign_chunks(conn, replace(spec, name=spec.shadow_of), own=live.chunked)
+
+
+def foreign_chunks(conn: psycopg.Connection, spec: ModelSpec, *, own: bool = True) -> str | None:
     """Why a name of the model's chunk table or its indexes is taken by an object that is not
     pgembed's (another role's table, view, index or type: a reindex's switch could not take
-    it), else None."""
-    return _chunk_names(conn, spec)[1]
+    it), else None. With `own` False, where the model has no chunk table (it truncates, or the
+    switch has dropped it), a table of pgembed's owner by that name is taken too."""
+    return _chunk_names(conn, spec, own)[1]
 
 
-def _chunk_names(conn: psycopg.Connection, spec: ModelSpec) -> tuple[bool, str | None]:
+def _chunk_names(
+    conn: psycopg.Connection, spec: ModelSpec, own: bool = True
+) -> tuple[bool, str | None]:
     """Whether the model's chunk table is pgembed's, and foreign_chunks(), in one statement."""
     names = [
         naming.chunk_table_name(spec),
@@ -239,7 +253,8 @@ def _chunk_names(conn: psycopg.Connection, spec: ModelSpec) -> tuple[bool, str |
         naming.chunk_key_name(spec),
     ]
     row = conn.execute(
-        sqlfiles.get("catalog", "chunk_names"), {"schema": spec.table_schema, "names": names}
+        sqlfiles.get("catalog", "chunk_names"),
+        {"schema": spec.table_schema, "names": names, "exempt": own},
     ).fetchone()
     own, taken, owner = row if row else (False, [], None)
     if not taken:

@@ -55,10 +55,12 @@ def inspect(conn: psycopg.Connection, spec: ModelSpec) -> TableTrust | None:
 
 def broken(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
     """Why the model cannot be synced: its table, columns or chunk names (tables.model_problem),
-    or this role's rights on the table (problem below); else None. The daemon skips such a
-    model, `status` marks it broken and a reindex's or backfill's own fill stops, each saying
-    this one line."""
-    return tables.model_problem(conn, spec) or problem(conn, spec)
+    a reindex's switch that would fail (tables.switch_problem), or this role's rights on the
+    table (problem below); else None. The daemon skips such a model, `status` marks it broken
+    and a reindex's or backfill's own fill stops, each saying this one line."""
+    return (
+        tables.model_problem(conn, spec) or tables.switch_problem(conn, spec) or problem(conn, spec)
+    )
 
 
 def problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:

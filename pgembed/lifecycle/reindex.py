@@ -142,7 +142,7 @@ def begin(
         )
     if registry.exists(conn, shadow.name):
         raise UsageError(f"a model named {shadow.name!r} exists: remove it to reindex {name!r}")
-    taken = tables.foreign_chunks(conn, spec) if shadow.chunked else None
+    taken = tables.foreign_chunks(conn, spec, own=spec.chunked) if shadow.chunked else None
     if taken is not None:  # before every row is embedded again for a switch that would fail
         raise UsageError(f"model {name!r}: {taken}")
 
@@ -252,6 +252,33 @@ class Options:
         checks.integer("max_attempts", self.max_attempts, 1)
 
 
+def cannot_go_on(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
+    """Why the fill of `spec` (a reindex's shadow, or a model being backfilled) stops: the
+    reindex given up or switched in by another process meanwhile, the model removed, or what
+    trust.broken says; else None."""
+    if spec.shadow_of is not None:
+        now = registry.shadow(conn, spec.shadow_of)
+        if now is None or now.version != spec.version:
+            return (
+                f"the reindex of {spec.shadow_of} to version {spec.version} was given up or "
+                "switched in by another process meanwhile: `pgembed status` says where it stands"
+            )
+    elif not registry.exists(conn, spec.name):
+        return f"model {spec.name!r} was removed meanwhile"
+    reason = trust.broken(conn, spec)
+    if reason is None:
+        return None
+    if spec.shadow_of is not None:
+        return (
+            f"the reindex of {spec.shadow_of} cannot go on: {reason} (or give it up: "
+            f"`pgembed reindex {spec.shadow_of} --abort`)"
+        )
+    return (
+        f"the backfill of {spec.name} cannot go on: {reason} (its rows stay queued for "
+        f"`pgembed sync`, and `pgembed reindex {spec.name} --index-only` builds its index)"
+    )
+
+
 class Filling:
     """Embed one model's queue with this process's worker, then build its index concurrently:
     what a reindex does for its shadow and `model add --backfill` for a new model."""
@@ -278,14 +305,9 @@ class Filling:
         while not self.stop_event.is_set():
             with db.connection(self.url) as conn:
                 # This process's worker would skip the model, and this loop wait for ever.
-                reason = trust.broken(conn, spec)
+                reason = cannot_go_on(conn, spec)
                 if reason is not None:
-                    what = (
-                        f"reindex of {spec.shadow_of}"
-                        if spec.shadow_of
-                        else f"backfill of {spec.name}"
-                    )
-                    raise UsageError(f"the {what} cannot go on: {reason}")
+                    raise UsageError(reason)
                 done = progress(conn, spec)
             self.reporter.rows(done.embedded, done.embedded + done.queued)
             if done.queued == 0:

@@ -83,7 +83,7 @@ def _swap_chunks(
     ddl.drop_chunks(conn, old)
     if not shadow.chunked:
         return
-    taken = tables.foreign_chunks(conn, new)  # the old chunks are gone: any holder is foreign
+    taken = tables.foreign_chunks(conn, new, own=False)  # the old chunks are gone
     if taken is not None:
         raise UsageError(f"model {new.name!r}: {taken}")
     conn.execute(

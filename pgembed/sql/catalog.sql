@@ -103,12 +103,16 @@ SELECT pgembed._own_chunks_v1(pg_catalog.format('%%I.%%I', %(schema)s::text, %(n
 -- name: chunk_names
 -- Of a chunked model's names (`names`: its chunk table first, then that table's index and key):
 -- whether the first is pgembed's chunk table (_own_chunks_v1); which of them another object
--- holds in the schema, a relation that is neither that chunk table nor an index of it, or a type
--- no relation owns (an enum, a domain), since a reindex's switch renames its shadow's chunk table
--- and indexes to them; and pgembed's owner (pgembed_owner below), who may be given one back.
+-- holds in the schema, a relation that is neither that chunk table nor an index of it (any
+-- relation unless `exempt`: where the model has no chunk table, one of pgembed's owner's by that
+-- name is not its own), or a type no relation owns (an enum, a domain), since a reindex's switch
+-- renames its shadow's chunk table and indexes to them; and pgembed's owner (pgembed_owner
+-- below), who may be given one back.
 WITH own AS (
-    SELECT pgembed._own_chunks_v1(pg_catalog.format('%%I.%%I', %(schema)s::text,
-                                                    (%(names)s::text[])[1]))::pg_catalog.oid AS oid,
+    SELECT (CASE WHEN %(exempt)s THEN
+                pgembed._own_chunks_v1(pg_catalog.format('%%I.%%I', %(schema)s::text,
+                                                         (%(names)s::text[])[1])) END
+           )::pg_catalog.oid AS oid,
            pg_catalog.to_regnamespace(pg_catalog.quote_ident(%(schema)s::text)) AS nsp)
 SELECT own.oid IS NOT NULL,
        ARRAY(SELECT n.name

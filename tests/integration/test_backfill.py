@@ -98,6 +98,28 @@ def test_backfill_refuses_a_reindex_shadow(conn: psycopg.Connection, db_url: str
         backfill.Backfill(db_url, shadow.name, reindex.Options()).run()
 
 
+def test_a_backfill_whose_table_breaks_stops_and_says_why(
+    conn: psycopg.Connection, db_url: str
+) -> None:
+    """The fill of a model whose table its worker would skip (here an inheritance child made
+    after `model add`) stops in one line instead of waiting for ever; so does a backfill of a
+    model removed meanwhile. Its rows stay queued for the daemons."""
+    make_table(conn, TEXTS)
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32", index=False))
+    conn.execute("CREATE TABLE public.more_docs () INHERITS (public.docs)")
+    with pytest.raises(UsageError) as stopped:
+        backfill.Backfill(db_url, "minilm", reindex.Options()).run()
+    assert str(stopped.value).startswith(
+        "the backfill of minilm cannot go on: table public.docs has inheritance children "
+        "(public.more_docs): not supported"
+    )
+    assert "its rows stay queued for `pgembed sync`" in str(stopped.value)
+    assert status_of(db_url)["queued"] == len(TEXTS)
+    spec = registry.get(conn, "minilm")
+    models.remove(conn, "minilm")
+    assert reindex.cannot_go_on(conn, spec) == "model 'minilm' was removed meanwhile"
+
+
 class Hook(reindex.Reporter):
     """Calls `at_build` when the backfill's index build starts."""
 

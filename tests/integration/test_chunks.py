@@ -485,6 +485,7 @@ def test_a_reindex_into_chunks_refuses_names_another_object_holds(db_url: str, s
         for squat, name in (
             ("TYPE {}.pgembed_tm_chunks AS ENUM ('x')", "pgembed_tm_chunks"),
             ("TABLE {}.pgembed_tm_ckey (x integer)", "pgembed_tm_ckey"),
+            ("TABLE {}.pgembed_tm_chunks (x integer)", "pgembed_tm_chunks"),  # this role's
         ):
             conn.execute(sql.SQL("CREATE " + squat).format(where))
             result = cli("--database-url", db_url, "model", "alter", "tm", "--long-texts", "chunk")
@@ -512,7 +513,9 @@ def test_a_name_taken_while_a_reindex_into_chunks_runs_stops_it_before_the_switc
         assert pgembed.sync_once(database_url=db_url).written == 2
         started = cli(*url, "model", "alter", "tm", "--long-texts", "chunk", "--no-wait")
         assert started.exit_code == 0, started.output
-        conn.execute("CREATE TYPE pgembed_tm_chunks AS ENUM ('x')")
+        # A table of pgembed's own owner (this role): not the model's chunk table, which it
+        # has none of yet (a review's; an enum was found, such a table was not).
+        conn.execute("CREATE TABLE pgembed_tm_chunks (x integer)")
         taken = "public.pgembed_tm_chunks, a name of its chunk table or its indexes, is taken"
         (report,) = status.all_status(conn)
         assert taken in report["reindex"]["broken"], report
@@ -520,13 +523,14 @@ def test_a_name_taken_while_a_reindex_into_chunks_runs_stops_it_before_the_switc
         stopped = cli(*url, "reindex", "tm")
         assert stopped.exit_code == 2, stopped.output
         assert f"the reindex of tm cannot go on: {taken}" in stopped.output
-        conn.execute("DROP TYPE pgembed_tm_chunks")
+        conn.execute("DROP TABLE pgembed_tm_chunks")
         assert pgembed.sync_once(database_url=db_url).written == 2  # the shadow, filled
-        conn.execute("CREATE TABLE pgembed_tm_hnswc (x integer)")
-        with pytest.raises(UsageError, match=r"public\.pgembed_tm_hnswc, a name of its chunk"):
-            switch.swap_in(conn, "tm")  # its own transaction
-        assert registry.shadow(conn, "tm") is not None
-        conn.execute("DROP TABLE pgembed_tm_hnswc")
+        for squat in ("TABLE pgembed_tm_chunks (x integer)", "TYPE pgembed_tm_hnswc AS ENUM ()"):
+            conn.execute("CREATE " + squat)
+            with pytest.raises(UsageError, match="a name of its chunk table or its indexes"):
+                switch.swap_in(conn, "tm")  # its own transaction
+            assert registry.shadow(conn, "tm") is not None
+            conn.execute("DROP " + squat.split(" (")[0].split(" AS ")[0])
         finished = cli(*url, "reindex", "tm")
         assert finished.exit_code == 0, finished.output
         assert registry.get(conn, "tm").chunked

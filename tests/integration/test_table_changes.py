@@ -16,7 +16,7 @@ from helpers import REVIEWS, cli, run_cli
 from pgembed.catalog import registry
 from pgembed.contrib import sqlalchemy as orm
 from pgembed.errors import UsageError
-from pgembed.lifecycle import models, status
+from pgembed.lifecycle import models, reindex, status
 
 
 class Base(DeclarativeBase):
@@ -168,13 +168,21 @@ def test_a_reindex_whose_table_breaks_stops_and_says_why(
         "pgembed: error: the reindex of minilm cannot go on: table public.reviews has inheritance "
         "children (public.more_reviews): not supported (every query of it reads their rows too, "
         "which its triggers do not capture: their text changes would keep old vectors); watch "
-        "each table of its own, or detach them (`ALTER TABLE child NO INHERIT parent`)"
+        "each table of its own, or detach them (`ALTER TABLE child NO INHERIT parent`) (or give "
+        "it up: `pgembed reindex minilm --abort`)"
     ), stopped.stderr
-    assert registry.shadow(conn, "minilm") is not None
+    shadow = registry.shadow(conn, "minilm")
+    assert shadow is not None
     conn.execute("ALTER TABLE public.more_reviews NO INHERIT public.reviews")
     finished = cli(*url, "reindex", "minilm")
     assert finished.exit_code == 0, finished.output
     assert registry.get(conn, "minilm").max_seq_length == 64
+    # A fill that outlived its reindex (switched in, or given up, by another process) says so,
+    # not that the shadow's column is gone and the model should be removed (a review's).
+    assert reindex.cannot_go_on(conn, shadow) == (
+        f"the reindex of minilm to version {shadow.version} was given up or switched in by "
+        "another process meanwhile: `pgembed status` says where it stands"
+    )
 
 
 @pytest.mark.parametrize("kind", ["STORED", "VIRTUAL"])
