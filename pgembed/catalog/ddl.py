@@ -184,6 +184,11 @@ def create_fulltext_index(
             column=naming.text_expression(spec),
         )
     )
+    if concurrently:  # not in a caller's transaction, which holds the table meanwhile
+        # The index's word statistics, by which hybrid_search tells a common query (one most
+        # rows match): ANALYZE takes them for an expression index, autovacuum only once enough
+        # rows changed. A sample of 30,000 rows at most.
+        conn.execute(sql.SQL("ANALYZE {}").format(naming.table(spec)))
 
 
 def drop_invalid_fulltext_index(conn: psycopg.Connection, spec: ModelSpec) -> None:

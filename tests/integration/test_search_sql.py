@@ -410,9 +410,9 @@ def test_hybrid_search_is_reciprocal_rank_fusion(shop: psycopg.Connection) -> No
         k
         for (k,) in rows(
             shop,
-            "SELECT id::text FROM reviews, websearch_to_tsquery('english', %s) q "
-            "WHERE to_tsvector('english', text) @@ q "
-            "ORDER BY ts_rank_cd(to_tsvector('english', text), q) DESC, id LIMIT %s",
+            "SELECT r.id::text FROM reviews r, websearch_to_tsquery('english', %s) q "
+            "WHERE to_tsvector('english', r.text) @@ q "
+            "ORDER BY ts_rank_cd(to_tsvector('english', r.text), q) DESC, r.id LIMIT %s",
             text,
             n,
         )
