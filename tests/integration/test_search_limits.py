@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import psycopg
 import pytest
 
@@ -68,3 +70,35 @@ def test_hybrid_search_takes_a_repeated_word_once_and_at_most_255_nodes(shop_url
             conn.execute(query, (words,))
     with pgembed.Client(shop_url) as client, pytest.raises(UsageError, match="at most 255"):
         client.hybrid_search("minilm", words)
+
+
+@pytest.mark.parametrize(
+    ("setting", "search"),
+    [
+        (
+            "pgembed.fulltext_rows",
+            "SELECT count(*) FROM pgembed.hybrid_search('minilm', "
+            "(SELECT embedding_minilm FROM reviews ORDER BY id LIMIT 1), 'battery', 5)",
+        ),
+        (
+            "pgembed.exact_rows",
+            "SELECT count(*) FROM pgembed.search('minilm', "
+            "(SELECT embedding_minilm FROM reviews ORDER BY id LIMIT 1), 5, '{\"rating\": 5}')",
+        ),
+    ],
+)
+def test_a_rows_setting_that_is_not_a_count_is_one_clear_error(
+    shop_url: str, setting: str, search: str
+) -> None:
+    """A cutoff in rows that is not a number from 0 up says which setting, not a cast's
+    `invalid input syntax for type double precision` (an audit's `abc`); `NaN` and `-5`, which
+    the cast took, meant never or always without a word."""
+    with db.connection(shop_url) as conn:
+        for bad in ("abc", "5,000", "NaN", "-5", "-Infinity", "1e400"):
+            conn.execute("SELECT set_config(%s, %s, false)", (setting, bad))
+            message = f"{setting} must be a number of rows from 0 up, not '{bad}'"
+            with pytest.raises(psycopg.errors.InvalidParameterValue, match=re.escape(message)):
+                conn.execute(search)
+        for good in (" 7 ", "0", "2.5e3", ""):
+            conn.execute("SELECT set_config(%s, %s, false)", (setting, good))
+            assert conn.execute(search).fetchone() == (5,), good
