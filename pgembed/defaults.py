@@ -132,8 +132,8 @@ QUERY_BATCH_WAIT = 0.002
 # Requests `pgembed serve` answers at once at most; past it a 503 with Retry-After.
 SERVE_MAX_IN_FLIGHT = 256
 # Seconds a statement of `pgembed serve` runs at most (PostgreSQL's statement_timeout; 0: none):
-# a hybrid search of a word most rows have reads every such row's text (3.1 s on 50,000 IMDb
-# reviews), and would hold one of the server's 8 connections for minutes at a million.
+# a search waiting on a lock, or a hybrid query whose words match thousands of long texts (each
+# parsed again), would hold one of the server's 8 connections for as long as it ran.
 SERVE_STATEMENT_TIMEOUT = 30.0
 SERVE_STATEMENT_TIMEOUT_MAX = 2147483.0  # PostgreSQL's limit: 2^31 - 1 milliseconds
 

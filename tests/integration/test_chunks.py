@@ -717,7 +717,7 @@ def test_a_hybrid_query_most_rows_match_ranks_its_words_among_the_vector_ranking
             assert [key for key, _ in hybrid("zombie")] == [key for key, _ in rare]
             # An estimate past the cutoff is counted before it is believed: here statistics that
             # still see `film` in 167 rows after all but the 3 farthest went (the statistics'
-            # guess for a word they do not list, 0.5 % of the rows, is 5,000 at 1M rows).
+            # guess for a word they do not list, at most 0.5 % of the rows, is 5,000 at 1M rows).
             conn.execute("ALTER TABLE films SET (autovacuum_enabled = false)")
             everything = conn.execute(
                 "SELECT key FROM pgembed.search('films', %s, 240)", (vector,)

@@ -604,7 +604,8 @@ $fn$;
 -- the rows are read until n + 1 are found, by bitmaps of the table's indexes (a full-text query
 -- by the full-text index, which hands over the matching rows without their text being parsed
 -- again). Not by a scan: the planner would read rows in order, parsing each one's text, until
--- n + 1 matched (`film or movie`, n = 5,000: 0.77 s on 50,000 reviews; 3-25 ms by the index).
+-- n + 1 matched (`film or movie`, n = 5,000: 0.77 s on 50,000 reviews; 3-32 ms by the index, at
+-- 50,000 reviews and at a million passages).
 CREATE OR REPLACE FUNCTION pgembed._more_rows_than_v1(
     m pgembed.models, conditions text, args jsonb, words tsquery, n bigint
 ) RETURNS boolean
@@ -979,7 +980,7 @@ BEGIN
     -- (`film`: 5.4 s on 50,000 IMDb reviews, 29,736 of which have it), and a word that common
     -- finds no row worth adding to what the vectors found. The planner's estimate first (no row
     -- read); when it says more, a count that stops past the cutoff, since the estimate of a word
-    -- the statistics do not list is a guess (0.5 % of the rows: every such word at 1M rows).
+    -- the statistics do not list is a guess (at most 0.5 % of the rows: 5,000 at 1M, any word).
     IF words IS NOT NULL THEN
         f := pgembed._filter_v1(m, filter, 1);
         cutoff := pgembed._rows_setting_v1('pgembed.fulltext_rows', 5000);
