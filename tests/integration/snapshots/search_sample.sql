@@ -32,7 +32,9 @@ BEGIN
     END IF;
     CASE model
     WHEN 'sample' THEN
-        IF public.vector_dims(query) <> 3 OR k > 100 OR public.vector_norm(query) = 0 THEN  -- the dynamic path, or its error
+        -- The dynamic path, or its error; and under row-level security that applies to the
+        -- caller, whose policy shows it some of the rows: the walk is sized by those (_path_v1).
+        IF public.vector_dims(query) <> 3 OR k > 100 OR public.vector_norm(query) = 0 OR row_security_active('public.docs') THEN
             RETURN QUERY SELECT * FROM pgembed._nearest_v1(
                 model, query, k, NULL, NULL, pgembed._settings_v1(model));
             RETURN;
@@ -56,11 +58,9 @@ BEGIN
             END IF;
             -- First one walk of ef_search (no iterative scan), which returns its rows nearest
             -- first; a strict-order iterative scan only when it found fewer than k rows (dead
-            -- tuples or row-level security hid some of them): its first walk is the same, and
-            -- it goes on until k rows. Iterating from the start cost 5-11 % more
-            -- (docs/decisions.md). An ef_search below k cannot give k rows in one walk, and
-            -- under row-level security the walk may often come short (a tenant's few rows):
-            -- then the strict scan alone.
+            -- tuples hid some of them): its first walk is the same, and it goes on until k
+            -- rows. Iterating from the start cost 5-11 % more (docs/decisions.md). An
+            -- ef_search below k cannot give k rows in one walk: then the strict scan alone.
             scan := current_setting('hnsw.iterative_scan');
             -- The index, not an exact scan: the planner's cost of one leaves out reading each
             -- vector back from TOAST (see _exact_v1). Set before every run: a plan is made (or
@@ -72,8 +72,7 @@ BEGIN
             -- table, and sorting the table would win); the outer LIMIT stops the scan after k
             -- rows.
             FOREACH walking IN ARRAY ARRAY['off', 'strict_order'] LOOP
-                CONTINUE WHEN walking = 'off' AND (current_setting('hnsw.ef_search')::integer < k
-                                                   OR row_security_active('public.docs'));
+                CONTINUE WHEN walking = 'off' AND current_setting('hnsw.ef_search')::integer < k;
                 EXIT WHEN coalesce(cardinality(keys), 0) >= k;
                 done := set_config('hnsw.iterative_scan', walking, true);
                 IF k <= 10 THEN
