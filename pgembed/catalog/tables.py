@@ -213,15 +213,13 @@ def model_problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
         return reason
     own, taken = _chunk_names(conn, spec)
     if taken is None and not own:
-        if spec.shadow_of is not None:  # nothing makes a shadow's again
-            return (
-                f"its chunk table {spec.table_schema}.{naming.chunk_table_name(spec)} is gone: "
-                f"`pgembed reindex {spec.shadow_of} --abort` gives the reindex up; start it again"
-            )
-        return (
-            f"its chunk table {spec.table_schema}.{naming.chunk_table_name(spec)} is gone: "
-            f"`pgembed reindex {spec.name}` makes it again"
+        remedy = (  # nothing makes a shadow's again
+            f"`pgembed reindex {spec.shadow_of} --abort` gives the reindex up; start it again"
+            if spec.shadow_of is not None
+            else f"`pgembed reindex {spec.name}` makes it again"
         )
+        chunks = f"{spec.table_schema}.{naming.chunk_table_name(spec)}"
+        return f"its chunk table {chunks} is gone: {remedy}"
     return taken
 
 

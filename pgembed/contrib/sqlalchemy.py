@@ -36,6 +36,7 @@ from pgembed.search import plan, planner
 from pgembed.search.planner import Filter, Hit, SearchRequest
 
 T = TypeVar("T")
+S = TypeVar("S", bound="sa.Select[Any]")
 SCHEMA = "pgembed"
 # How much deeper each reading goes while a `where` leaves fewer than k of the hits.
 DEEPER = 4
@@ -128,9 +129,10 @@ def _instances(
     ranked = sa.values(sa.column("key"), sa.column("n", sa.Integer), name="pgembed_hits").data(
         [(hit.key, n) for n, hit in enumerate(hits)]
     )
-    statement = sa.select(entity, ranked.c.n).join(ranked, key == ranked.c.key).order_by(ranked.c.n)
-    if isinstance(key.table, sa.Table):  # a child's rows are not the model's (naming.only)
-        statement = statement.with_hint(key.table, "ONLY", "postgresql")
+    statement = _only(
+        sa.select(entity, ranked.c.n).join(ranked, key == ranked.c.key).order_by(ranked.c.n),
+        key.table,
+    )
     if where is not None:
         statement = statement.where(where)
     return [(instance, hits[n].similarity) for instance, n in session.execute(statement)]
@@ -172,14 +174,19 @@ def _column(entity: type[Any], spec: ModelSpec, name: str) -> sa.Column[Any]:
     )
 
 
+def _only(statement: S, table: Any) -> S:
+    """`statement` reading the mapped table's own rows, as searches read it (naming.only): an
+    inheritance child's rows are not the model's."""
+    if isinstance(table, sa.Table):
+        return statement.with_hint(table, "ONLY", "postgresql")
+    return statement
+
+
 def _require_vector(session: Session, entity: type[Any], spec: ModelSpec, key: Any) -> None:
     """Say which of the row or its vector is missing, naming the key as the caller gave it."""
     column = _column(entity, spec, spec.embedding_column)
     key_column = _column(entity, spec, spec.key_column)
-    statement = sa.select(column).where(key_column == key)
-    if isinstance(column.table, sa.Table):  # the table's own rows only (naming.only)
-        statement = statement.with_hint(column.table, "ONLY", "postgresql")
-    found = session.execute(statement).first()
+    found = session.execute(_only(sa.select(column).where(key_column == key), column.table)).first()
     if found is None:
         raise NotFoundError(f"{spec.qualified_table} has no row with {spec.key_column} = {key!r}")
     if found[0] is None:

@@ -263,20 +263,18 @@ def cannot_go_on(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
                 f"the reindex of {spec.shadow_of} to version {spec.version} was given up or "
                 "switched in by another process meanwhile: `pgembed status` says where it stands"
             )
+        what = f"reindex of {spec.shadow_of}"
+        way_out = f"or give it up: `pgembed reindex {spec.shadow_of} --abort`"
     elif not registry.exists(conn, spec.name):
         return f"model {spec.name!r} was removed meanwhile"
-    reason = trust.broken(conn, spec)
-    if reason is None:
-        return None
-    if spec.shadow_of is not None:
-        return (
-            f"the reindex of {spec.shadow_of} cannot go on: {reason} (or give it up: "
-            f"`pgembed reindex {spec.shadow_of} --abort`)"
+    else:
+        what = f"backfill of {spec.name}"
+        way_out = (
+            f"its rows stay queued for `pgembed sync`, and `pgembed reindex {spec.name} "
+            "--index-only` builds its index"
         )
-    return (
-        f"the backfill of {spec.name} cannot go on: {reason} (its rows stay queued for "
-        f"`pgembed sync`, and `pgembed reindex {spec.name} --index-only` builds its index)"
-    )
+    reason = trust.broken(conn, spec)
+    return None if reason is None else f"the {what} cannot go on: {reason} ({way_out})"
 
 
 class Filling:

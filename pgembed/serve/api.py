@@ -399,13 +399,13 @@ class Api:
         statement = sql.SQL(
             "SELECT k.i, pg_catalog.jsonb_build_object({pairs}) "
             "FROM pg_catalog.unnest(%s::text[]::{type}[]) WITH ORDINALITY AS k(v, i) "
-            "JOIN ONLY {table} t ON t.{key} OPERATOR(pg_catalog.=) k.v"
+            "JOIN {table} t ON t.{key} OPERATOR(pg_catalog.=) k.v"
         ).format(
             key=sql.Identifier(spec.key_column),
             pairs=sql.SQL(", ").join(
                 sql.SQL("{}, t.{}").format(sql.Literal(c), sql.Identifier(c)) for c in columns
             ),
-            table=table,
+            table=naming.only(spec),
             type=naming.key_type(spec),
         )
         keys = [str(hit["key"]) for hit in hits]

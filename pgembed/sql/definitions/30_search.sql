@@ -991,8 +991,7 @@ BEGIN
         matches := format(' AND to_tsvector(''english'', %s) @@ $2',
                           pgembed._text_v1(m.text_columns, 't')) || f.clause;
         common := pgembed._planned_rows_v1(m, matches, f.args, words) > cutoff
-                  AND pgembed._more_rows_than_v1(m, matches, f.args, words,
-                                                 least(cutoff, 1e15)::bigint);
+                  AND pgembed._more_rows_than_v1(m, matches, f.args, words, floor(cutoff)::bigint);
     END IF;
     f := pgembed._filter_v1(m, filter, 4);
     PERFORM pgembed._use_settings_v1(settings);
