@@ -231,6 +231,7 @@ _OWNER_WRITE = """
 DECLARE
     written bigint;
     deferred text;
+    held text;
 BEGIN
     -- Not a SET clause: PostgreSQL lets only a superuser's function set a custom parameter so.
     PERFORM pg_catalog.set_config('pgembed.writing', 'on', true);
@@ -262,6 +263,16 @@ BEGIN
         RAISE EXCEPTION 'pgembed: writing % as its owner % changed % whose deferrable triggers '
             'would fire at the commit as the daemon: not written (make them NOT DEFERRABLE)',
             {table_name}, CURRENT_USER, deferred;
+    END IF;
+    -- A cursor WITH HOLD would run the rest of its query at the commit, as the daemon too
+    -- (PostgreSQL refuses one only in a security-restricted operation). The daemon declares
+    -- none, so any here is the owner's code's: refused, and the rollback drops it unrun.
+    SELECT pg_catalog.string_agg(c.name, ', ') INTO held
+    FROM pg_catalog.pg_cursors c WHERE c.is_holdable;
+    IF held IS NOT NULL THEN
+        RAISE EXCEPTION 'pgembed: writing % as its owner % left cursors WITH HOLD (%) whose '
+            'queries would run at the commit as the daemon: not written',
+            {table_name}, CURRENT_USER, held;
     END IF;
     IF written OPERATOR(pg_catalog.<>) pg_catalog.cardinality(keys) THEN
         RAISE EXCEPTION 'pgembed: % of % vectors were kept from being written to %: the table''s '

@@ -255,6 +255,36 @@ def test_a_trigger_the_owner_defers_to_the_commit_never_fires_as_the_syncer(
     assert report["queued"] == 7
 
 
+def test_a_cursor_the_owner_holds_past_the_commit_never_runs_as_the_syncer(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """The owner's trigger declares a cursor WITH HOLD while the daemon writes as the owner:
+    at the commit PostgreSQL would run its query as the syncing role (a superuser here). The
+    write is refused, and the rollback drops the cursor unrun."""
+    with db.connection(db_url) as conn:
+        owner = _owner_with_traps(conn, make_role)
+        conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
+        conn.execute(sql.SQL("ALTER TABLE public.docs OWNER TO {}").format(sql.Identifier(owner)))
+        models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(owner)))
+        conn.execute(
+            "CREATE FUNCTION public.hold() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN EXECUTE 'DECLARE held CURSOR WITH HOLD FOR SELECT public.pwn()'; "
+            "RETURN NEW; END$$; "
+            "CREATE TRIGGER hold BEFORE UPDATE ON public.docs FOR EACH ROW "
+            "EXECUTE FUNCTION public.hold(); "
+            "INSERT INTO public.docs SELECT g, 'review ' || g FROM generate_series(1, 7) g"
+        )
+        conn.execute("RESET ROLE")
+    stats = _sync(db_url)
+    with db.connection(db_url) as conn:
+        assert not superuser(conn, owner)
+        assert conn.execute("SELECT by_role FROM public.ran").fetchall() == []
+        assert _embedded(conn) == 0 and stats.written == 0
+    (report,) = pgembed.status(database_url=db_url)
+    assert report["queued"] == 7
+
+
 def test_a_daemon_without_temp_leaves_the_table_queued_and_says_why(
     db_url: str, make_role: Callable[..., str]
 ) -> None:
