@@ -565,6 +565,49 @@ def test_a_json_filter_number_keeps_its_digits(
         planner.parse_filter('{"price": 1e9999999999999999999}')
 
 
+def test_a_filter_compares_an_extensions_type_and_jsonb_as_the_column_does(
+    real: psycopg.Connection, queries: list[Vector]
+) -> None:
+    """The helpers run with search_path pg_catalog: `=` between two citext values found text's
+    operator through the implicit cast, and compared case-sensitively (no row for a lower-case
+    address). A jsonb column's string value was read again as JSON: "abc" was refused, and the
+    string '{"r": 1}' matched the object {"r": 1} instead of itself. A json column, which has no
+    `=`, was an error."""
+    with real.transaction(force_rollback=True):
+        real.execute("CREATE EXTENSION citext")
+        real.execute(
+            "ALTER TABLE reviews ADD COLUMN email citext, ADD COLUMN meta jsonb, "
+            "ADD COLUMN doc json"
+        )
+        real.execute(
+            "UPDATE reviews SET email = CASE WHEN id % 11 <> 0 THEN 'User' || id % 7 "
+            "|| '@Example.com' END, meta = CASE id % 3 WHEN 0 THEN to_jsonb('{\"r\": 1}'::text) "
+            "WHEN 1 THEN '{\"r\": 1}'::jsonb ELSE to_jsonb('abc'::text) END"
+        )
+        real.execute("UPDATE reviews SET doc = meta::json")
+        cases: list[tuple[dict[str, Any], str]] = [
+            ({"email": "user3@example.com"}, "email = 'USER3@EXAMPLE.COM'"),
+            (
+                {"email": {"$in": ["USER3@example.com", "user4@example.com", None]}},
+                "email IN ('user3@example.com', 'user4@example.com') OR email IS NULL",
+            ),
+            ({"email": {"$ne": "user3@example.com"}}, "email IS DISTINCT FROM 'user3@example.com'"),
+            ({"email": {"$ne": None}}, "email IS NOT NULL"),
+            ({"email": {"$gte": "USER5@"}}, "email >= 'user5@'"),
+            ({"email": {"$lt": "USER2@"}, "cat": {"$lt": 500}}, "email < 'user2@' AND cat < 500"),
+            ({"meta": '{"r": 1}'}, "meta = to_jsonb('{\"r\": 1}'::text)"),
+            ({"meta": "abc"}, "meta = '\"abc\"'"),
+            ({"meta": {"$eq": {"r": 1}}}, "meta = '{\"r\": 1}'"),
+            ({"meta": {"$in": ["abc", {"r": 1}]}}, "meta IN ('\"abc\"', '{\"r\": 1}')"),
+            ({"doc": "abc"}, "meta = '\"abc\"'"),  # json has no `=`: compared as jsonb
+            ({"doc": {"$ne": {"r": 1}}}, "meta <> '{\"r\": 1}'"),
+        ]
+        for filter, where in cases:
+            wanted = exact(real, queries[0], where)
+            assert wanted, where
+            assert [key for key, _ in search(real, queries[0], filter)] == wanted, filter
+
+
 def test_a_value_of_the_wrong_type_names_its_column(
     real_url: str, real: psycopg.Connection, queries: list[Vector]
 ) -> None:

@@ -149,11 +149,61 @@ LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT ARRAY(SELECT jsonb_array_elements_text(val))
 $fn$;
 
+-- The same for a jsonb column: the elements as JSON values (a JSON null, which matches the NULL
+-- rows instead, left out).
+CREATE OR REPLACE FUNCTION pgembed._jsons_v1(val jsonb) RETURNS jsonb[]
+LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT ARRAY(SELECT e FROM jsonb_array_elements(val) e WHERE jsonb_typeof(e) <> 'null')
+$fn$;
+
+-- The operator a filter writes for `op` (=, <, <=, >=, >) on a column of type `typ`. The helpers
+-- run with search_path pg_catalog: a bare `=` between two values of an extension's type (citext)
+-- finds no operator of that type there and fell back through an implicit cast to text's, which
+-- compared citext values case-sensitively. So a base type outside pg_catalog (a domain's too)
+-- compares by its default B-tree operator class, schema-qualified: a superuser made that class,
+-- as CREATE OPERATOR CLASS needs one, and it is the comparison its B-tree index uses.
+CREATE OR REPLACE FUNCTION pgembed._operator_v1(col text, typ text, op text) RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    base pg_type;
+    qualified text;
+BEGIN
+    WITH RECURSIVE d(id) AS (
+        SELECT typ::regtype::oid
+        UNION ALL
+        SELECT t.typbasetype FROM pg_type t JOIN d ON t.oid = d.id WHERE t.typtype = 'd'
+    )
+    SELECT t.* INTO base FROM d JOIN pg_type t ON t.oid = d.id WHERE t.typtype <> 'd';
+    -- pg_catalog's types, and enums, ranges, arrays and records, whose operators are pg_catalog's
+    -- (an array's compare its elements by their type's B-tree class).
+    IF base.typnamespace = 'pg_catalog'::regnamespace OR base.typtype <> 'b'
+       OR base.typcategory = 'A' THEN
+        RETURN op;
+    END IF;
+    SELECT format('OPERATOR(%I.%s)', n.nspname, o.oprname) INTO qualified
+    FROM pg_opclass c
+    JOIN pg_am a ON a.oid = c.opcmethod AND a.amname = 'btree'
+    JOIN pg_amop p ON p.amopfamily = c.opcfamily AND p.amoplefttype = c.opcintype
+                  AND p.amoprighttype = c.opcintype
+                  AND p.amopstrategy = CASE op WHEN '<' THEN 1 WHEN '<=' THEN 2 WHEN '=' THEN 3
+                                               WHEN '>=' THEN 4 WHEN '>' THEN 5 END
+    JOIN pg_operator o ON o.oid = p.amopopr
+    JOIN pg_namespace n ON n.oid = o.oprnamespace
+    WHERE c.opcdefault AND c.opcintype = base.oid;
+    IF qualified IS NULL THEN
+        RAISE EXCEPTION 'filter on %: its type % has no default B-tree operator class, so its '
+            'values cannot be compared by a filter', to_json(col)::text, typ
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN qualified;
+END
+$fn$;
+
 -- One filter condition on t.<col>; its value is `$<param> -> <slot>`, a bound parameter.
 CREATE OR REPLACE FUNCTION pgembed._condition_v1(
     col text, typ text, op text, val jsonb, param integer, slot integer
 ) RETURNS text
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     -- A `timestamp` column's values are read as `timestamptz` (compared across the two types,
     -- by its B-tree index too): a time zone offset in the text moves the instant, as a Python
@@ -161,7 +211,15 @@ DECLARE
     -- UTC, so a value without an offset is the same wall-clock time as before.
     cast_to text := CASE typ WHEN 'timestamp without time zone' THEN 'timestamp with time zone'
                              ELSE typ END;
-    value text := format('($%s ->> %s)::%s', param, slot, cast_to);
+    -- A jsonb column's value is the JSON value itself: its text read again as JSON made the
+    -- string "{\"r\": 1}" the object {"r": 1}, and refused the string "abc". A json column,
+    -- which has no `=`, compares as jsonb.
+    json boolean := typ IN ('jsonb', 'json');
+    target text := format(CASE WHEN typ = 'json' THEN 't.%I::pg_catalog.jsonb' ELSE 't.%I' END,
+                          col);
+    value text := CASE WHEN json THEN format('($%s -> %s)', param, slot)
+                       ELSE format('($%s ->> %s)::%s', param, slot, cast_to) END;
+    eq text;
 BEGIN
     IF op = '$in' THEN
         IF jsonb_typeof(val) <> 'array' THEN
@@ -173,10 +231,12 @@ BEGIN
                 'compares the whole array', to_json(col)::text, typ
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        value := format('t.%I = ANY (pgembed._texts_v1($%s -> %s)::%s[])', col, param, slot,
-                        cast_to);
+        value := format('%s %s ANY (%s)', target, pgembed._operator_v1(col, typ, '='),
+                        CASE WHEN json THEN format('pgembed._jsons_v1($%s -> %s)', param, slot)
+                             ELSE format('pgembed._texts_v1($%s -> %s)::%s[]', param, slot,
+                                         cast_to) END);
         -- A null among the values matches the rows whose column is NULL, as {"col": null} does.
-        RETURN CASE WHEN val @> '[null]' THEN format('(%s OR t.%I IS NULL)', value, col)
+        RETURN CASE WHEN val @> '[null]' THEN format('(%s OR %s IS NULL)', value, target)
                     ELSE value END;
     ELSIF op IN ('$eq', '$ne', '$gt', '$gte', '$lt', '$lte')
           AND jsonb_typeof(val) IN ('array', 'object') AND typ NOT IN ('jsonb', 'json') THEN
@@ -186,18 +246,27 @@ BEGIN
                  ELSE 'a list of values: $in' END
             USING ERRCODE = 'invalid_parameter_value';
     ELSIF op = '$eq' THEN
-        RETURN CASE WHEN jsonb_typeof(val) = 'null' THEN format('t.%I IS NULL', col)
-                    ELSE format('t.%I = %s', col, value) END;
+        RETURN CASE WHEN jsonb_typeof(val) = 'null' THEN format('%s IS NULL', target)
+                    ELSE format('%s %s %s', target, pgembed._operator_v1(col, typ, '='), value)
+               END;
     ELSIF op = '$ne' THEN  -- like MongoDB's $ne, rows whose column is NULL match
-        RETURN format('t.%I IS DISTINCT FROM %s', col, value);
+        eq := pgembed._operator_v1(col, typ, '=');
+        IF eq = '=' THEN
+            RETURN format('%s IS DISTINCT FROM %s', target, value);
+        END IF;
+        -- IS DISTINCT FROM would look `=` up by name, as pg_catalog's.
+        RETURN CASE WHEN jsonb_typeof(val) = 'null' THEN format('%s IS NOT NULL', target)
+                    ELSE format('(%1$s IS NULL OR NOT (%1$s %2$s %3$s))', target, eq, value)
+               END;
     ELSIF op IN ('$gt', '$gte', '$lt', '$lte') THEN
         IF jsonb_typeof(val) = 'null' THEN
             RAISE EXCEPTION 'filter on %: % needs a value, not null', to_json(col)::text, op
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        RETURN format('t.%I %s %s', col,
-                      CASE op WHEN '$gt' THEN '>' WHEN '$gte' THEN '>='
-                              WHEN '$lt' THEN '<' ELSE '<=' END,
+        RETURN format('%s %s %s', target,
+                      pgembed._operator_v1(col, typ, CASE op WHEN '$gt' THEN '>'
+                                                             WHEN '$gte' THEN '>='
+                                                             WHEN '$lt' THEN '<' ELSE '<=' END),
                       value);
     END IF;
     RAISE EXCEPTION 'filter on %: unknown operator % (use $eq, $ne, $gt, $gte, $lt, $lte or $in)',
@@ -258,7 +327,9 @@ LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
     -- `typ || ''`, not `typ`: pg_input_is_valid keeps the type of its first call when the type
     -- is a parameter, and PL/pgSQL keeps that state from one call of this function to the next.
-    IF jsonb_typeof(val) <> 'null' AND NOT pg_input_is_valid(val #>> '{}', typ || '') THEN
+    -- A json or jsonb column takes any JSON value as it is (_condition_v1).
+    IF typ NOT IN ('jsonb', 'json') AND jsonb_typeof(val) <> 'null'
+       AND NOT pg_input_is_valid(val #>> '{}', typ || '') THEN
         RAISE EXCEPTION 'filter on %: % is not a value of its type % (%)', to_json(col)::text,
             CASE WHEN length(val::text) > 60 THEN left(val::text, 59) || '…' ELSE val::text END,
             typ, (pg_input_error_info(val #>> '{}', typ || '')).message
