@@ -38,9 +38,19 @@ def grant(conn: psycopg.Connection) -> None:
 
 
 def grant_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
-    """The daemon role reads the key and text and writes the vector of a model's table; with a
-    chunk table, the daemon writes it and the reader reads it."""
+    """The daemon role reads the key and text and writes the vector of a model's table (and
+    looks it up in its schema, when this role may grant that); with a chunk table, the daemon
+    writes it and the reader reads it."""
     if _exists(conn, DAEMON):
+        grantable = conn.execute(
+            sqlfiles.get("roles", "schema_grantable"), {"schema": spec.table_schema}
+        ).fetchone()
+        if grantable == (True,):
+            conn.execute(
+                sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+                    sql.Identifier(spec.table_schema), sql.Identifier(DAEMON)
+                )
+            )
         readable = sql.SQL(", ").join(sql.Identifier(c) for c in spec.columns)
         conn.execute(
             sql.SQL("GRANT SELECT ({}), UPDATE ({}) ON {} TO {}").format(

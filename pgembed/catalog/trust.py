@@ -67,6 +67,16 @@ def problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
     """Why this role cannot sync the model's table safely and whole, with what to do; else None.
 
     The daemon skips such a model (its keys stay queued) and `status` says this one line."""
+    usage = conn.execute(
+        sqlfiles.get("catalog", "schema_usage"), {"schema": spec.table_schema}
+    ).fetchone()
+    if usage is not None and not usage[0]:
+        return (
+            f"role {usage[1]} may not use schema {spec.table_schema}, which holds "
+            f"{spec.qualified_table}: its keys stay queued (GRANT USAGE ON SCHEMA "
+            f"{spec.table_schema} TO pgembed_daemon, which `model add` and `migrate` do when "
+            "their role may)"
+        )
     found = inspect(conn, spec)
     if found is None:
         return None  # tables.problem says the table is gone

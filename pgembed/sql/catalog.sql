@@ -204,6 +204,13 @@ FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %(schema)s AND c.relname = %(name)s;
 
+-- name: schema_usage
+-- Whether this role may look names up in the table's schema (no row: the schema is gone), and
+-- the role: without USAGE every read of the table, even to_regclass, fails.
+SELECT pg_catalog.has_schema_privilege(n.oid, 'USAGE'), CURRENT_USER::pg_catalog.text
+FROM pg_catalog.pg_namespace n
+WHERE n.nspname OPERATOR(pg_catalog.=) %(schema)s::pg_catalog.name;
+
 -- name: table_trust
 -- Whose rights pgembed's daemon would lend a watched table's owner, and whether row-level
 -- security filters what this role reads of it (PostgreSQL's own answer: not the owner, or

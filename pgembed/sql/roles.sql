@@ -30,6 +30,15 @@ WHERE a.attrelid OPERATOR(pg_catalog.=)
   AND NOT a.attisdropped
 ORDER BY a.attname;
 
+-- name: schema_grantable
+-- Whether the daemon role lacks USAGE on a watched table's schema and this role may grant it
+-- (the schema's owner, a superuser, or a holder WITH GRANT OPTION); a grant without that right
+-- would fail or grant nothing.
+SELECT NOT pg_catalog.has_schema_privilege('pgembed_daemon', n.oid, 'USAGE')
+       AND pg_catalog.has_schema_privilege(n.oid, 'USAGE WITH GRANT OPTION')
+FROM pg_catalog.pg_namespace n
+WHERE n.nspname OPERATOR(pg_catalog.=) %(schema)s::pg_catalog.name;
+
 -- name: grant_daemon
 -- The sync daemon: the catalog to read, the queues to work, its heartbeat and batch records.
 GRANT USAGE ON SCHEMA pgembed TO pgembed_daemon;

@@ -22,7 +22,7 @@ from pgembed import db, migrate, roles
 from pgembed.catalog import registry
 from pgembed.lifecycle import models
 from pgembed.search import topk
-from pgembed.sync import store
+from pgembed.sync import store, worker
 
 # A review longer than MiniLM's window (~700 word pieces): a chunked model keeps its windows.
 LONG_REVIEW = (100, " ".join(f"Sentence {i} of a long review on its battery." for i in range(80)))
@@ -383,3 +383,58 @@ def test_a_table_planted_where_chunks_were_is_never_used(
         )
         row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (mallory,))
         assert row.fetchone() == (False,)
+
+
+def test_a_table_in_a_schema_the_daemon_may_not_use_is_skipped_and_said(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """A watched table in a schema of its own: the daemon must look it up there. `model add`
+    and `migrate` grant pgembed_daemon USAGE on it when their role may; without it the daemon
+    skips that model with one line, which `status` gives too. Before, `permission denied for
+    schema` stopped the sync of every model, and `status`."""
+    with db.connection(db_url) as conn:
+        roles.create(conn)
+        owner = make_role("owner")
+        daemon = make_role("daemon", f"IN ROLE {roles.DAEMON}")
+        conn.execute(
+            sql.SQL("GRANT {} TO {} WITH INHERIT FALSE").format(
+                sql.Identifier(owner), sql.Identifier(daemon)
+            )
+        )
+        for schema in ("kept", "public"):
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            conn.execute(
+                sql.SQL("GRANT USAGE, CREATE ON SCHEMA {} TO {}").format(
+                    sql.Identifier(schema), sql.Identifier(owner)
+                )
+            )
+            table = sql.Identifier(schema, "docs")
+            conn.execute(
+                sql.SQL("CREATE TABLE {} (id integer PRIMARY KEY, body text)").format(table)
+            )
+            conn.execute(sql.SQL("ALTER TABLE {} OWNER TO {}").format(table, sql.Identifier(owner)))
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} SELECT g, 'review ' || g FROM generate_series(1, 3) g"
+                ).format(table)
+            )
+            name = f"m_{schema}"
+            models.add(conn, models.AddRequest(name, f"{schema}.docs", "body", precision="fp32"))
+        usable = "SELECT has_schema_privilege('pgembed_daemon', 'kept', 'USAGE')"
+        assert conn.execute(usable).fetchone() == (True,)  # model add's grant
+        # As for a model whose `model add` could not grant it (a role without the grant option).
+        conn.execute("REVOKE USAGE ON SCHEMA kept FROM pgembed_daemon")
+    daemon_url = as_role(db_url, daemon)
+    stats = worker.Worker(daemon_url, worker.Options(once=True)).run()
+    assert stats.written == 3  # public.docs's rows: the other model still syncs
+    report = {m["name"]: m for m in pgembed.status(database_url=daemon_url)}
+    assert report["m_public"]["broken"] is None
+    assert report["m_kept"]["queued"] == 3
+    assert report["m_kept"]["broken"] == (
+        f"role {daemon} may not use schema kept, which holds kept.docs: its keys stay queued "
+        "(GRANT USAGE ON SCHEMA kept TO pgembed_daemon, which `model add` and `migrate` do "
+        "when their role may)"
+    )
+    with db.connection(db_url) as conn:
+        migrate.migrate(conn)
+    assert worker.Worker(daemon_url, worker.Options(once=True)).run().written == 3
