@@ -102,3 +102,24 @@ def test_a_rows_setting_that_is_not_a_count_is_one_clear_error(
         for good in (" 7 ", "0", "2.5e3", ""):
             conn.execute("SELECT set_config(%s, %s, false)", (setting, good))
             assert conn.execute(search).fetchone() == (5,), good
+
+
+@pytest.mark.parametrize("filter", [None, '{"rating": 5}'], ids=["index", "filtered"])
+def test_an_ef_search_setting_out_of_range_names_pgembed_ef_search(
+    shop_url: str, filter: str | None
+) -> None:
+    """`SET pgembed.ef_search = 'x'` was refused as `invalid value for parameter
+    "hnsw.ef_search"`, a setting the user never made."""
+    search = "SELECT count(*) FROM pgembed.search('minilm', %s, 5, %s)"
+    with db.connection(shop_url) as conn:
+        row = conn.execute("SELECT embedding_minilm FROM reviews ORDER BY id LIMIT 1").fetchone()
+        assert row is not None
+        q = row[0]
+        for bad in ("x", "0", "1001", "-5", "2.5", "99999"):
+            conn.execute("SELECT set_config('pgembed.ef_search', %s, false)", (bad,))
+            message = f'pgembed.ef_search must be a whole number from 1 to 1000, not "{bad}"'
+            with pytest.raises(psycopg.errors.InvalidParameterValue, match=re.escape(message)):
+                conn.execute(search, (q, filter))
+        for good in ("1", "1000", ""):
+            conn.execute("SELECT set_config('pgembed.ef_search', %s, false)", (good,))
+            assert conn.execute(search, (q, filter)).fetchone() == (5,), good

@@ -456,6 +456,23 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
            current_setting('pgembed.applied_' || replace(knob, '.', '_'), true)
 $fn$;
 
+-- pgembed.ef_search when set (else NULL), checked here: hnsw.ef_search would refuse a bad value
+-- under its own name, which the user never set.
+CREATE OR REPLACE FUNCTION pgembed._ef_search_v1() RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    value text := nullif(current_setting('pgembed.ef_search', true), '');
+    valid boolean := CASE WHEN value ~ '^[0-9]{1,4}$' THEN value::integer BETWEEN 1 AND 1000
+                          ELSE false END;
+BEGIN
+    IF value IS NOT NULL AND NOT valid THEN
+        RAISE EXCEPTION 'pgembed.ef_search must be a whole number from 1 to 1000, not %',
+            to_json(value)::text USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN value;
+END
+$fn$;
+
 -- {hnsw.ef_search, hnsw.iterative_scan, whose ef_search} for a search with this model:
 -- pgembed.ef_search when set, else the caller's own values (the third element then says 'own':
 -- used as they are), else the model's ef_search (NULL: none recorded; _effort_v1 makes the
@@ -464,7 +481,7 @@ CREATE OR REPLACE FUNCTION pgembed._settings_v1(model text) RETURNS text[]
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT ARRAY[
         CASE WHEN nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL
-             THEN current_setting('pgembed.ef_search', true)
+             THEN pgembed._ef_search_v1()
              WHEN pgembed._own_setting_v1('hnsw.ef_search', '40')
              THEN current_setting('hnsw.ef_search', true)
              ELSE (SELECT m.ef_search::text FROM pgembed.models m WHERE m.name = model) END,
@@ -1234,7 +1251,7 @@ BEGIN
             -- executor.
             IF nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL THEN
                 ef := current_setting('hnsw.ef_search');
-                done := set_config('hnsw.ef_search', current_setting('pgembed.ef_search'), true);
+                done := set_config('hnsw.ef_search', pgembed._ef_search_v1(), true);
             ELSIF current_setting('hnsw.ef_search') <> effort::text
                   AND NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
                 ef := current_setting('hnsw.ef_search');

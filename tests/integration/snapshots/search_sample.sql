@@ -50,7 +50,7 @@ BEGIN
             -- executor.
             IF nullif(current_setting('pgembed.ef_search', true), '') IS NOT NULL THEN
                 ef := current_setting('hnsw.ef_search');
-                done := set_config('hnsw.ef_search', current_setting('pgembed.ef_search'), true);
+                done := set_config('hnsw.ef_search', pgembed._ef_search_v1(), true);
             ELSIF current_setting('hnsw.ef_search') <> effort::text
                   AND NOT pgembed._own_setting_v1('hnsw.ef_search', '40') THEN
                 ef := current_setting('hnsw.ef_search');
