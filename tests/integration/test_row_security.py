@@ -19,6 +19,7 @@ import pgembed
 from helpers import post_json
 from pgembed import db, migrate, orm, roles
 from pgembed.catalog import registry
+from pgembed.errors import NotFoundError
 from pgembed.lifecycle import models, setup
 from pgembed.serve.api import Api
 from pgembed.serve.server import SearchServer
@@ -171,6 +172,27 @@ def test_a_tenant_finds_only_its_rows_through_every_path(
             assert all(doc.tenant == alice for doc, _ in near)
     finally:
         engine.dispose()
+
+
+def test_a_tenant_shown_no_row_finds_nothing_rather_than_an_error(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """A role whose policy shows it no row was told `model 'minilm' has no vectors yet: run
+    pgembed sync` of a table whose every row had its vector."""
+    with db.connection(db_url) as conn:
+        _tenants(conn, make_role)
+        carol = make_role("carol", f"IN ROLE {roles.READER}")
+        conn.execute(sql.SQL("GRANT SELECT ON docs TO {}").format(sql.Identifier(carol)))
+    assert pgembed.sync_once(database_url=db_url).written == 2 * 8
+    with pgembed.Client(as_role(db_url, carol)) as client:
+        for model in ("minilm", "whole"):
+            assert client.search(model, SECRET, k=5) == []
+        assert client.hybrid_search("minilm", "merger acquisition", k=5) == []
+    with db.connection(db_url) as conn:  # a table without vectors still says so
+        conn.execute("UPDATE docs SET embedding_minilm = NULL")
+        conn.execute("DELETE FROM pgembed.queue")
+    with pgembed.Client(db_url) as client, pytest.raises(NotFoundError, match="no vectors yet"):
+        client.search("minilm", SECRET, k=5)
 
 
 def test_a_role_granted_other_columns_reads_no_chunk(
