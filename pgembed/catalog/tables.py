@@ -289,23 +289,9 @@ def problem(conn: psycopg.Connection, schema: str, name: str, columns: list[str]
     return None
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """What the statistics say of a table, read without scanning it."""
-
-    live: int  # live rows, counted at each commit by the statistics system
-    null_frac: float | None  # a column's share of NULLs at the last ANALYZE (None: unknown)
-    changed: int  # rows changed since that ANALYZE
-
-
-def estimate(conn: psycopg.Connection, schema: str, name: str, column: str) -> Estimate:
+def live_rows(conn: psycopg.Connection, schema: str, name: str) -> int:
+    """A table's live rows as the statistics system counts them at each commit (0: unknown)."""
     row = conn.execute(
-        sqlfiles.get("catalog", "table_estimate"),
-        {"schema": schema, "name": name, "column": column},
+        sqlfiles.get("catalog", "table_live_rows"), {"schema": schema, "name": name}
     ).fetchone()
-    if row is None:
-        return Estimate(0, None, 0)
-    live, null_frac, changed = row
-    return Estimate(
-        int(live or 0), float(null_frac) if null_frac is not None else None, int(changed or 0)
-    )
+    return int(row[0] or 0) if row else 0

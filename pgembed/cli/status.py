@@ -22,7 +22,7 @@ from pgembed.lifecycle import counts, status
     "--exact",
     is_flag=True,
     help="Count every table's rows (a full scan; by default a table of more than "
-    f"{counts.EXACT_UP_TO:,} rows is estimated from its statistics, shown with ~).",
+    f"{counts.EXACT_UP_TO:,} rows is estimated from a sample of its pages, shown with ~).",
 )
 @pass_app
 def status_cmd(app: App, as_json: bool, watch: bool, interval: float, exact: bool) -> None:
@@ -120,7 +120,9 @@ def _status_text(conn: psycopg.Connection, report: list[dict[str, Any]]) -> str:
 def _estimate_text(m: dict[str, Any]) -> str:
     if m["counts"] == "exact":
         return ""
-    return "  ~: estimated from the table's statistics (`pgembed status --exact` counts them)\n"
+    return (
+        "  ~: estimated from a sample of the table's pages (`pgembed status --exact` counts them)\n"
+    )
 
 
 def _broken_text(m: dict[str, Any]) -> str:

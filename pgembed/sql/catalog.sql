@@ -189,20 +189,13 @@ WHERE a.backend_type = 'autovacuum worker'
       AND l.relation = pg_catalog.to_regclass(
           pg_catalog.format('%%I.%%I', %(schema)s::text, %(name)s::text))::pg_catalog.oid);
 
--- name: table_estimate
+-- name: table_live_rows
 -- `pgembed status` at scale, without reading the table: its live rows as the statistics system
--- counts them at each commit (inserts less deletes; 0 after a crash until the next vacuum), the
--- share of NULLs in a column as ANALYZE last saw it (NULL: never analyzed, or not readable by
--- this role), and how many rows changed since that ANALYZE.
-SELECT
-    pg_catalog.pg_stat_get_live_tuples(c.oid) AS live,
-    (SELECT s.null_frac FROM pg_catalog.pg_stats s
-     WHERE s.schemaname = %(schema)s AND s.tablename = %(name)s AND s.attname = %(column)s
-       AND NOT s.inherited) AS null_frac,
-    pg_catalog.pg_stat_get_mod_since_analyze(c.oid) AS changed
+-- counts them at each commit (inserts less deletes; 0 after a crash until the next vacuum).
+SELECT pg_catalog.pg_stat_get_live_tuples(c.oid)
 FROM pg_catalog.pg_class c
-JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = %(schema)s AND c.relname = %(name)s;
+JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+WHERE n.nspname OPERATOR(pg_catalog.=) %(schema)s AND c.relname OPERATOR(pg_catalog.=) %(name)s;
 
 -- name: schema_usage
 -- Whether this role may look names up in the table's schema (no row: the schema is gone), and
