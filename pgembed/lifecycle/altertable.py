@@ -64,21 +64,24 @@ def alter_table(
                 f"no model watches table {schema}.{name}: run the statement yourself (`pgembed "
                 "model list` shows the tables pgembed watches)"
             )
-        # The fingerprints first, before any lock that stops the daemons or the application (a
-        # read of every row: some 6 s at a million). The triggers are still there while they are
-        # taken: a row changed meanwhile is queued by its trigger, and found changed below too.
-        with store.rows_unfiltered(conn):
-            _fingerprint(conn, specs)
-        # Catalog rows first, then the table: the sync write-back's order (no deadlock).
+        # Catalog rows first, then the table: the sync write-back's order (no deadlock). From
+        # here no daemon writes a vector of these models until the commit: one written after
+        # the fingerprints read as the statement's change, and its row was cleared and queued.
         for spec in specs:
             conn.execute(sqlfiles.get("lifecycle", "lock_model_rows"), {"name": spec.name})
         # Read again under those locks: another alter-table's new key type, a reindex's switch.
         locked, specs = specs, watching()
         if [s.name for s in specs] != [s.name for s in locked]:
             raise UsageError(
-                f"the models of table {schema}.{name} changed while pgembed read its rows "
+                f"the models of table {schema}.{name} changed while pgembed waited for them "
                 "(a model added, removed or switched): nothing changed, run it again"
             )
+        # The fingerprints before the table's lock, which would stop the application for their
+        # read of every row (some 6 s at a million; the daemons wait meanwhile). The triggers
+        # are still there: a row the application changes meanwhile is queued by its trigger,
+        # and found changed below too.
+        with store.rows_unfiltered(conn):
+            _fingerprint(conn, specs)
         ddl.lock_table(conn, specs[0])
         chunked = [s for s in specs if _has_chunks(conn, s)]
         ddl.lock_chunks(conn, chunked)

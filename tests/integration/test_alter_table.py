@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import psycopg
 import pytest
+from pgvector import Vector
 
 import pgembed
 from daemon_helpers import assert_every_vector_matches_its_text, wait_for
@@ -379,6 +380,34 @@ def test_a_row_changed_while_the_fingerprints_are_taken_is_embedded_again(
     )
     synced(db_url)
     assert_every_vector_matches_its_text(reviews)
+
+
+def test_a_vector_the_daemon_writes_while_alter_table_waits_is_kept(
+    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
+) -> None:
+    """A write-back that commits while alter-table waits for the model's catalog row: the
+    fingerprints were taken before, so its new vector read as the statement's change, and the
+    row was cleared and queued again ("1 rows' text changed", an audit). The catalog rows are
+    locked before the fingerprints now: the daemon's write lands before them, or waits."""
+    synced(db_url)
+    text = "Written back while alter-table waited for the catalog row."
+    reviews.execute("INSERT INTO reviews (id, body) VALUES (100, %s)", (text,))
+    with pgembed.Client(db_url) as client:
+        vector = client.embed("minilm", [text])[0]
+    with db.connection(db_url, autocommit=False) as daemon, ThreadPoolExecutor(1) as pool:
+        daemon.execute("SELECT name FROM pgembed.models WHERE name = 'minilm' FOR SHARE")
+        daemon.execute("SET LOCAL pgembed.writing = on")
+        daemon.execute("UPDATE reviews SET embedding_minilm = %s WHERE id = 100", (Vector(vector),))
+        with db.connection(db_url) as conn:
+            conn.autocommit = True
+            running = pool.submit(altertable.alter_table, conn, "reviews", "SELECT 1")
+            with db.connection(db_url) as watcher:
+                wait_for(lambda: waiting(watcher, conn.info.backend_pid), 30, "the lock wait")
+            daemon.commit()
+            altered = running.result(timeout=60)
+    assert altered.requeued == {"minilm": 0}
+    row = reviews.execute("SELECT embedding_minilm IS NOT NULL FROM reviews WHERE id = 100")
+    assert row.fetchone() == (True,)
 
 
 def alter_while_the_application_writes(db_url: str, table: str, statement: str, write: str) -> None:
