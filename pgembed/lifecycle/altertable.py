@@ -112,7 +112,13 @@ def alter_table(
                 f"the statement ended pgembed's transaction, so the capture triggers may be "
                 f"missing: `pgembed alter-table {table} 'SELECT 1'` makes them again"
             )
-        after = tables.inspect(conn, schema, name)
+        try:
+            after = tables.inspect(conn, schema, name)
+        except NotFoundError:
+            raise UsageError(
+                f"the statement dropped, renamed or moved table {schema}.{name}; rolled back "
+                f"(`pgembed model remove` its models first: {', '.join(s.name for s in specs)})"
+            ) from None
         changed: dict[str, tuple[str, str]] = {}
         requeued: dict[str, int] = {}
         for spec in specs:

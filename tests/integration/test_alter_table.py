@@ -169,6 +169,8 @@ def test_a_text_the_statement_changes_is_embedded_again(
             "model minilm: key column 'id' of public.reviews is not unique",
         ),
         ("", "give the statement to run"),
+        ("DROP TABLE reviews", "the statement dropped, renamed or moved table public.reviews"),
+        ("ALTER TABLE reviews RENAME TO notes", "dropped, renamed or moved table public.reviews"),
     ],
 )
 def test_a_statement_that_would_break_a_model_changes_nothing(
