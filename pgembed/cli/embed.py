@@ -40,7 +40,16 @@ def embed_cmd(app: App, text: str, model_name: str, output: str) -> None:
               SELECT * FROM pgembed.search('minilm', :'v', 5);
     """
     if text == "-":
-        text = sys.stdin.read().rstrip("\r\n")
+        # As bytes: a text stream takes bytes that are not UTF-8 for lone surrogates (in the C
+        # locale), which were then refused as "a lone surrogate".
+        raw = sys.stdin.buffer.read()
+        try:
+            text = raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as exc:
+            raise UsageError(
+                f"standard input is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                f"{exc.start})"
+            ) from None
     try:
         planner.require_text(text)
     except planner.RequestError as exc:

@@ -128,6 +128,20 @@ def test_embed_prints_the_models_query_vector(tour_url: str) -> None:
     body = json.loads(piped.stdout)
     assert (body["model"], body["dimensions"]) == ("minilm", 384)
     assert np.array_equal(np.array(body["vector"], dtype=np.float32), vector)
+    # Bytes that are not UTF-8 are said to be that (in the C locale they were read as lone
+    # surrogates, and refused as such).
+    bad = subprocess.run(
+        [sys.executable, "-m", "pgembed", "--database-url", tour_url, *command],
+        input=b"\xff\xfe bad",
+        capture_output=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0"},
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.decode() == (
+        "pgembed: error: standard input is not UTF-8 text (byte 0xff at offset 0)\n"
+    )
 
 
 @pytest.mark.parametrize(
