@@ -78,6 +78,9 @@ def _misread(url: str) -> str | None:
     """Why libpq would not read `url` as its author meant, or None; never quotes the URL."""
     try:
         parts = urlsplit(url)
+    except ValueError:  # its one complaint: an IPv6 host's '[' without its ']', or the reverse
+        return f"a '[' or ']' of an IPv6 host without its pair ({ENCODE_HINT})"
+    try:
         if "," not in parts.netloc:  # libpq takes `h1:5432,h2:5433`; urlsplit does not
             parts.port  # noqa: B018 - raises ValueError on a malformed port
     except ValueError:
