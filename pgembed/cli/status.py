@@ -141,6 +141,6 @@ def reindex_line(name: str, info: dict[str, Any]) -> str:
     index = "index built" if info["index_built"] else "index not built yet"
     return (
         f"  reindex to version {info['version']} in progress ({info['model']}, {info['pooling']}, "
-        f"{info['dimensions']}d): embedded {info['rows_embedded']}/{info['rows_total']}  "
+        f"{info['dimensions']}d): embedded {_n(info, 'rows_embedded')}/{_n(info, 'rows_total')}  "
         f"queued {info['queued']}  {index}  (`pgembed reindex {name}` finishes it)"
     )

@@ -104,6 +104,15 @@ def test_status_estimates_a_large_table_and_says_so(
     assert status.model_status(conn, spec)["rows_embedded"] == rows // 2
     assert cli("--database-url", db_url, "sync", "--once").exit_code == 0
     assert status.model_status(conn, spec)["rows_embedded"] == rows
+    # A reindex's progress is estimated alike (it counted every row at each refresh).
+    alter = ("model", "alter", "minilm", "--pooling", "cls", "--no-wait")
+    assert cli("--database-url", db_url, *alter).exit_code == 0
+    text = cli("--database-url", db_url, "status").output
+    assert f"embedded ~0/~{rows:,}  queued {rows}" in text, text
+    assert (
+        f"embedded 0/{rows}  queued {rows}"
+        in cli("--database-url", db_url, "status", "--exact").output
+    )
 
 
 def test_a_dead_workers_lease_is_no_failure(
