@@ -78,8 +78,10 @@ def _misread(url: str) -> str | None:
     """Why libpq would not read `url` as its author meant, or None; never quotes the URL."""
     try:
         parts = urlsplit(url)
-    except ValueError:  # its one complaint: an IPv6 host's '[' without its ']', or the reverse
-        return f"a '[' or ']' of an IPv6 host without its pair ({ENCODE_HINT})"
+    except ValueError as exc:  # an IPv6 host's '[' without its ']' (or the reverse), or else
+        if "IPv6" in str(exc):
+            return f"a '[' or ']' of an IPv6 host without its pair ({ENCODE_HINT})"
+        return f"the URL's host and user part is not valid ({ENCODE_HINT})"
     try:
         if "," not in parts.netloc:  # libpq takes `h1:5432,h2:5433`; urlsplit does not
             parts.port  # noqa: B018 - raises ValueError on a malformed port
@@ -100,7 +102,7 @@ def unquoted(exc: Exception) -> str:
     return _QUOTED.sub('"..."', str(exc).strip())
 
 
-ENCODE_HINT = "percent-encode @ : / ? # & in a user name or password, e.g. @ as %40"
+ENCODE_HINT = "percent-encode @ : / ? # & [ ] in a user name or password, e.g. @ as %40"
 _QUOTED = re.compile(r'"[^"]*"')
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import psycopg
+from psycopg import sql
 
 from pgembed import sqlfiles
 from pgembed.catalog import tables
@@ -71,11 +72,12 @@ def problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
         sqlfiles.get("catalog", "schema_usage"), {"schema": spec.table_schema}
     ).fetchone()
     if usage is not None and not usage[0]:
+        schema = sql.Identifier(spec.table_schema).as_string(conn)  # a GRANT to paste
         return (
             f"role {usage[1]} may not use schema {spec.table_schema}, which holds "
             f"{spec.qualified_table}: its keys stay queued (GRANT USAGE ON SCHEMA "
-            f"{spec.table_schema} TO pgembed_daemon, which `model add` and `migrate` do when "
-            "their role may)"
+            f"{schema} TO pgembed_daemon, which `model add` and `migrate` do when their role "
+            "may)"
         )
     found = inspect(conn, spec)
     if found is None:

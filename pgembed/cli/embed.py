@@ -44,7 +44,8 @@ def embed_cmd(app: App, text: str, model_name: str, output: str) -> None:
         # locale), which were then refused as "a lone surrogate".
         raw = sys.stdin.buffer.read()
         try:
-            text = raw.decode("utf-8").rstrip("\r\n")
+            # and its line ends as a text stream reads them (universal newlines)
+            text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n").rstrip("\n")
         except UnicodeDecodeError as exc:
             raise UsageError(
                 f"standard input is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "

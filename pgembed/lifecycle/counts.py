@@ -15,8 +15,10 @@ from pgembed.catalog.registry import ModelSpec
 
 # Tables up to this many rows are counted exactly: reading them takes a few milliseconds.
 EXACT_UP_TO = 100_000
-# A larger table's estimate reads about this many of its pages, the same ones each time.
+# A larger table's estimate reads about this many of its pages, the same ones each time; fewer
+# rows than MIN_SAMPLE_ROWS there tell too little, and the table is counted.
 SAMPLE_PAGES = 2_000
+MIN_SAMPLE_ROWS = 500
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,8 @@ def rows(conn: psycopg.Connection, spec: ModelSpec, exact: bool = False) -> Coun
     # the statistics system's live rows; the planner's estimate when it has none (after a crash)
     total = tables.live_rows(conn, spec.table_schema, spec.table_name) or planned_rows(conn, table)
     seen, with_text, embedded = _sample(conn, spec)
-    if not seen:
-        return Counts(0, 0, False)
+    if seen < MIN_SAMPLE_ROWS:  # pages left all but empty (a mass delete): counted instead
+        return rows(conn, spec, exact=True)
     return Counts(round(total * with_text / seen), round(total * embedded / seen), False)
 
 

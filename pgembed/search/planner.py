@@ -408,8 +408,14 @@ def _require_vectors(spec: ModelSpec) -> Plan[None]:
 
 def _no_vectors(spec: ModelSpec) -> Plan[None]:
     """Why a model has no vectors: no sync yet, or a `model add` that did not finish (its rows
-    may never have been queued). Not an error under row-level security that applies to this
-    role: its policy may show it no row with a vector, and then it finds none."""
+    may never have been queued). No sync yet is not an error under row-level security that
+    applies to this role: its policy may show it no row with a vector, and then it finds none."""
+    rows = yield Fetch(sqlfiles.get("catalog", "model_setup"), {"name": spec.name})
+    if rows and str(rows[0][0]).startswith("adding"):
+        raise NotFoundError(
+            f"model {spec.name!r} is not completely set up: unless a `pgembed model add "
+            f"{spec.name}` is running, run it again to finish"
+        )
     [(hidden,)] = yield Fetch(
         "SELECT pg_catalog.row_security_active(pg_catalog.to_regclass("
         "pg_catalog.format('%%I.%%I', %s::pg_catalog.text, %s::pg_catalog.text)))",
@@ -417,12 +423,6 @@ def _no_vectors(spec: ModelSpec) -> Plan[None]:
     )
     if hidden:
         return
-    rows = yield Fetch(sqlfiles.get("catalog", "model_setup"), {"name": spec.name})
-    if rows and str(rows[0][0]).startswith("adding"):
-        raise NotFoundError(
-            f"model {spec.name!r} is not completely set up: unless a `pgembed model add "
-            f"{spec.name}` is running, run it again to finish"
-        )
     raise NotFoundError(f"model {spec.name!r} has no vectors yet: run `pgembed sync`")
 
 

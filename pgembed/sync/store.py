@@ -248,7 +248,13 @@ BEGIN
     -- The owner's code may defer a trigger again: it would fire at the commit, as the daemon.
     -- PostgreSQL lets SQL neither see that queue nor fire it here as a restricted operation,
     -- so a write that changed any table with a deferrable trigger (foreign keys' aside: they
-    -- check as the table's owner) is refused.
+    -- check as the table's owner) is refused. The changed tables are the statistics' counts of
+    -- this transaction: without them (track_counts off, a superuser's setting) none is seen.
+    IF pg_catalog.current_setting('track_counts') OPERATOR(pg_catalog.=) 'off' THEN
+        RAISE EXCEPTION 'pgembed: % is written as its owner %, which needs track_counts on '
+            '(to see the tables the owner''s code changed): not written', {table_name},
+            CURRENT_USER;
+    END IF;
     SELECT pg_catalog.string_agg(DISTINCT s.relid::pg_catalog.regclass::pg_catalog.text, ', ')
     INTO deferred
     FROM pg_catalog.pg_stat_xact_all_tables s

@@ -285,6 +285,29 @@ def test_a_cursor_the_owner_holds_past_the_commit_never_runs_as_the_syncer(
     assert report["queued"] == 7
 
 
+def test_a_write_as_the_owner_without_track_counts_is_refused(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """The deferrable-trigger check reads this transaction's counts of changed tables: with
+    track_counts off (a superuser's setting) it saw none, and let any pass."""
+    with db.connection(db_url) as conn:
+        owner = make_role("owner")
+        conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
+        conn.execute(sql.SQL("ALTER TABLE public.docs OWNER TO {}").format(sql.Identifier(owner)))
+        models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+        conn.execute(
+            "INSERT INTO public.docs SELECT g, 'review ' || g FROM generate_series(1, 7) g"
+        )
+        database = sql.Identifier(conn.info.dbname)
+        conn.execute(sql.SQL("ALTER DATABASE {} SET track_counts = off").format(database))
+    assert _sync(db_url).written == 0
+    with db.connection(db_url) as conn:
+        assert _embedded(conn) == 0
+        conn.execute(sql.SQL("ALTER DATABASE {} RESET track_counts").format(database))
+    (report,) = pgembed.status(database_url=db_url)
+    assert report["queued"] == 7
+
+
 def test_a_daemon_without_temp_leaves_the_table_queued_and_says_why(
     db_url: str, make_role: Callable[..., str]
 ) -> None:

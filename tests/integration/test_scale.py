@@ -70,6 +70,7 @@ def test_status_estimates_a_large_table_and_says_so(
     were embedded."""
     monkeypatch.setattr(counts, "EXACT_UP_TO", 3)
     monkeypatch.setattr(counts, "SAMPLE_PAGES", 10_000)  # this small table: every page
+    monkeypatch.setattr(counts, "MIN_SAMPLE_ROWS", 10)
     rows = len(REVIEWS)
     conn.execute(
         "INSERT INTO reviews (id, body) SELECT 1000 + g, NULL FROM generate_series(1, 40) g"
@@ -113,6 +114,29 @@ def test_status_estimates_a_large_table_and_says_so(
         f"embedded 0/{rows}  queued {rows}"
         in cli("--database-url", db_url, "status", "--exact").output
     )
+
+
+def test_a_sample_of_some_pages_estimates_the_rows_and_too_few_are_counted(
+    conn: psycopg.Connection, spec: ModelSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """100 of some 600 pages: the rows with a text within 10 %. A sample of fewer rows than
+    MIN_SAMPLE_ROWS (pages a mass delete left all but empty) tells too little: counted."""
+    monkeypatch.setattr(counts, "EXACT_UP_TO", 3)
+    conn.execute(
+        "INSERT INTO reviews (id, body) SELECT 1000 + g, "
+        "CASE WHEN g % 4 <> 0 THEN repeat('a review ', 20) END FROM generate_series(1, 20000) g"
+    )
+    conn.execute("SELECT pg_catalog.pg_stat_force_next_flush()")
+    conn.execute("VACUUM ANALYZE reviews")
+    with_text = len(REVIEWS) + 15_000
+    monkeypatch.setattr(counts, "SAMPLE_PAGES", 100)
+    monkeypatch.setattr(counts, "MIN_SAMPLE_ROWS", 100)
+    sampled = status.model_status(conn, spec)
+    assert sampled["counts"] == "estimate"
+    assert abs(sampled["rows_total"] - with_text) < 0.1 * with_text, sampled["rows_total"]
+    monkeypatch.setattr(counts, "MIN_SAMPLE_ROWS", 10**9)
+    counted = status.model_status(conn, spec)
+    assert (counted["counts"], counted["rows_total"]) == ("exact", with_text)
 
 
 def test_a_dead_workers_lease_is_no_failure(

@@ -585,6 +585,13 @@ def test_a_filter_compares_an_extensions_type_and_jsonb_as_the_column_does(
             "WHEN 1 THEN '{\"r\": 1}'::jsonb ELSE to_jsonb('abc'::text) END"
         )
         real.execute("UPDATE reviews SET doc = meta::json")
+        # Domains over them compare as their base types (a domain's own `=`, which whoever may
+        # CREATE in citext's schema could add, is never the one looked up).
+        real.execute("CREATE DOMAIN mail AS citext")
+        real.execute("CREATE DOMAIN meta_data AS jsonb")
+        real.execute("ALTER TABLE reviews ADD COLUMN mail mail, ADD COLUMN extra meta_data")
+        real.execute("UPDATE reviews SET mail = email, extra = meta")
+        real.execute("ANALYZE reviews")
         cases: list[tuple[dict[str, Any], str]] = [
             ({"email": "user3@example.com"}, "email = 'USER3@EXAMPLE.COM'"),
             (
@@ -601,11 +608,19 @@ def test_a_filter_compares_an_extensions_type_and_jsonb_as_the_column_does(
             ({"meta": {"$in": ["abc", {"r": 1}]}}, "meta IN ('\"abc\"', '{\"r\": 1}')"),
             ({"doc": "abc"}, "meta = '\"abc\"'"),  # json has no `=`: compared as jsonb
             ({"doc": {"$ne": {"r": 1}}}, "meta <> '{\"r\": 1}'"),
+            ({"meta": {"$ne": None}}, "meta IS NOT NULL"),
+            ({"mail": {"$in": ["USER3@example.com"]}}, "email = 'user3@example.com'"),
+            ({"mail": {"$ne": "user3@example.com"}}, "email IS DISTINCT FROM 'user3@example.com'"),
+            ({"mail": {"$lt": "USER2@"}}, "email < 'user2@'"),
+            ({"extra": "abc"}, "meta = '\"abc\"'"),
         ]
         for filter, where in cases:
             wanted = exact(real, queries[0], where)
             assert wanted, where
             assert [key for key, _ in search(real, queries[0], filter)] == wanted, filter
+        # filter_note's "no row has" compares as text: not for citext.
+        note = "SELECT pgembed.filter_note('minilm', %s)"
+        assert real.execute(note, ('{"email": "user3@example.com"}',)).fetchone() == (None,)
 
 
 def test_a_value_of_the_wrong_type_names_its_column(

@@ -432,7 +432,7 @@ def test_a_table_in_a_schema_the_daemon_may_not_use_is_skipped_and_said(
     assert report["m_kept"]["queued"] == 3
     assert report["m_kept"]["broken"] == (
         f"role {daemon} may not use schema kept, which holds kept.docs: its keys stay queued "
-        "(GRANT USAGE ON SCHEMA kept TO pgembed_daemon, which `model add` and `migrate` do "
+        '(GRANT USAGE ON SCHEMA "kept" TO pgembed_daemon, which `model add` and `migrate` do '
         "when their role may)"
     )
     with db.connection(db_url) as conn:

@@ -75,6 +75,7 @@ def test_redact_masks_every_form(url: str, redacted: str) -> None:
         ("postgresql://u:12/HunterSecret@h/db", "an '@' after the user name and password"),
         ("postgresql://u:Hunter/Secret@h/db", "the port is not a number"),
         ("postgresql://u:HunterSecret@[::1/db", "a '[' or ']' of an IPv6 host without its pair"),
+        ("postgresql://u:Hunter\uff20Secret@h/db", "the URL's host and user part is not valid"),
         ("postgresql://u:Hunter%zzSecret@h/db", 'invalid percent-encoded token: "..."'),
         ("postgresql://h/db?password=Hunter&Secret", 'in URI query parameter: "..."'),
     ],

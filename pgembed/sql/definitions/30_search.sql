@@ -156,28 +156,43 @@ LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT ARRAY(SELECT e FROM jsonb_array_elements(val) e WHERE jsonb_typeof(e) <> 'null')
 $fn$;
 
--- The operator a filter writes for `op` (=, <, <=, >=, >) on a column of type `typ`. The helpers
--- run with search_path pg_catalog: a bare `=` between two values of an extension's type (citext)
--- finds no operator of that type there and fell back through an implicit cast to text's, which
--- compared citext values case-sensitively. So a base type outside pg_catalog (a domain's too)
--- compares by its default B-tree operator class, schema-qualified: a superuser made that class,
--- as CREATE OPERATOR CLASS needs one, and it is the comparison its B-tree index uses.
-CREATE OR REPLACE FUNCTION pgembed._operator_v1(col text, typ text, op text) RETURNS text
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    base pg_type;
-    qualified text;
-BEGIN
+-- The base type of a column's type, through its domains.
+CREATE OR REPLACE FUNCTION pgembed._base_type_v1(typ text) RETURNS regtype
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     WITH RECURSIVE d(id) AS (
         SELECT typ::regtype::oid
         UNION ALL
         SELECT t.typbasetype FROM pg_type t JOIN d ON t.oid = d.id WHERE t.typtype = 'd'
     )
-    SELECT t.* INTO base FROM d JOIN pg_type t ON t.oid = d.id WHERE t.typtype <> 'd';
-    -- pg_catalog's types, and enums, ranges, arrays and records, whose operators are pg_catalog's
-    -- (an array's compare its elements by their type's B-tree class).
-    IF base.typnamespace = 'pg_catalog'::regnamespace OR base.typtype <> 'b'
-       OR base.typcategory = 'A' THEN
+    SELECT t.oid::regtype FROM d JOIN pg_type t ON t.oid = d.id WHERE t.typtype <> 'd'
+$fn$;
+
+-- Whether a filter compares a column of this base type by its operator class's operators,
+-- schema-qualified (_operator_v1): a base type outside pg_catalog. The helpers run with
+-- search_path pg_catalog, where a bare `=` between two values of an extension's type (citext)
+-- found no operator of that type and fell back through an implicit cast to text's: citext
+-- values compared case-sensitively. pg_catalog's types, and enums, ranges, arrays and records
+-- (whose operators are pg_catalog's; an array's compare its elements by their type's B-tree
+-- class), keep the bare operator.
+CREATE OR REPLACE FUNCTION pgembed._foreign_type_v1(base regtype) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT t.typnamespace <> 'pg_catalog'::regnamespace AND t.typtype = 'b'
+           AND t.typcategory <> 'A'
+    FROM pg_type t WHERE t.oid = base
+$fn$;
+
+-- The operator a filter writes for `op` (=, <, <=, >=, >) on a column of base type `base`: the
+-- bare one, or for a type outside pg_catalog (_foreign_type_v1) its default B-tree operator
+-- class's, schema-qualified. A superuser made that class, as CREATE OPERATOR CLASS needs one,
+-- and it is the comparison its B-tree index uses. OPERATOR(s.=) is still looked up by its
+-- operands' types, so both sides are of the base type itself (_condition_v1): for a domain's,
+-- anyone who may CREATE in that schema could add an `=` of the domain.
+CREATE OR REPLACE FUNCTION pgembed._operator_v1(col text, base regtype, op text) RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    qualified text;
+BEGIN
+    IF NOT pgembed._foreign_type_v1(base) THEN
         RETURN op;
     END IF;
     SELECT format('OPERATOR(%I.%s)', n.nspname, o.oprname) INTO qualified
@@ -189,10 +204,10 @@ BEGIN
                                                WHEN '>=' THEN 4 WHEN '>' THEN 5 END
     JOIN pg_operator o ON o.oid = p.amopopr
     JOIN pg_namespace n ON n.oid = o.oprnamespace
-    WHERE c.opcdefault AND c.opcintype = base.oid;
+    WHERE c.opcdefault AND c.opcintype = base;
     IF qualified IS NULL THEN
         RAISE EXCEPTION 'filter on %: its type % has no default B-tree operator class, so its '
-            'values cannot be compared by a filter', to_json(col)::text, typ
+            'values cannot be compared by a filter', to_json(col)::text, base
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     RETURN qualified;
@@ -211,13 +226,18 @@ DECLARE
     -- UTC, so a value without an offset is the same wall-clock time as before.
     cast_to text := CASE typ WHEN 'timestamp without time zone' THEN 'timestamp with time zone'
                              ELSE typ END;
+    base regtype := pgembed._base_type_v1(typ);
     -- A jsonb column's value is the JSON value itself: its text read again as JSON made the
     -- string "{\"r\": 1}" the object {"r": 1}, and refused the string "abc". A json column,
-    -- which has no `=`, compares as jsonb.
-    json boolean := typ IN ('jsonb', 'json');
-    target text := format(CASE WHEN typ = 'json' THEN 't.%I::pg_catalog.jsonb' ELSE 't.%I' END,
-                          col);
+    -- which has no `=`, compares as jsonb (a domain over either alike).
+    json boolean := base IN ('jsonb'::regtype, 'json'::regtype);
+    -- A column of a domain over an extension's type is compared as that type (_operator_v1).
+    outside boolean := pgembed._foreign_type_v1(base);
+    target text := CASE WHEN base = 'json'::regtype THEN format('t.%I::pg_catalog.jsonb', col)
+                        WHEN outside AND base <> typ::regtype THEN format('t.%I::%s', col, base)
+                        ELSE format('t.%I', col) END;
     value text := CASE WHEN json THEN format('($%s -> %s)', param, slot)
+                       WHEN outside THEN format('($%s ->> %s)::%s', param, slot, base)
                        ELSE format('($%s ->> %s)::%s', param, slot, cast_to) END;
     eq text;
 BEGIN
@@ -231,15 +251,16 @@ BEGIN
                 'compares the whole array', to_json(col)::text, typ
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        value := format('%s %s ANY (%s)', target, pgembed._operator_v1(col, typ, '='),
+        value := format('%s %s ANY (%s)', target, pgembed._operator_v1(col, base, '='),
                         CASE WHEN json THEN format('pgembed._jsons_v1($%s -> %s)', param, slot)
                              ELSE format('pgembed._texts_v1($%s -> %s)::%s[]', param, slot,
-                                         cast_to) END);
+                                         CASE WHEN outside THEN base::text ELSE cast_to END)
+                        END);
         -- A null among the values matches the rows whose column is NULL, as {"col": null} does.
         RETURN CASE WHEN val @> '[null]' THEN format('(%s OR %s IS NULL)', value, target)
                     ELSE value END;
     ELSIF op IN ('$eq', '$ne', '$gt', '$gte', '$lt', '$lte')
-          AND jsonb_typeof(val) IN ('array', 'object') AND typ NOT IN ('jsonb', 'json') THEN
+          AND jsonb_typeof(val) IN ('array', 'object') AND NOT json THEN
         RAISE EXCEPTION 'filter on %: % needs one value, not a JSON % (%)',
             to_json(col)::text, op, jsonb_typeof(val),
             CASE WHEN typ LIKE '%[]' THEN 'an array column''s value is written as text: "{a,b}"'
@@ -247,24 +268,25 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     ELSIF op = '$eq' THEN
         RETURN CASE WHEN jsonb_typeof(val) = 'null' THEN format('%s IS NULL', target)
-                    ELSE format('%s %s %s', target, pgembed._operator_v1(col, typ, '='), value)
+                    ELSE format('%s %s %s', target, pgembed._operator_v1(col, base, '='), value)
                END;
     ELSIF op = '$ne' THEN  -- like MongoDB's $ne, rows whose column is NULL match
-        eq := pgembed._operator_v1(col, typ, '=');
+        IF jsonb_typeof(val) = 'null' THEN  -- a JSON null, not the JSON value null of a jsonb
+            RETURN format('%s IS NOT NULL', target);
+        END IF;
+        eq := pgembed._operator_v1(col, base, '=');
         IF eq = '=' THEN
             RETURN format('%s IS DISTINCT FROM %s', target, value);
         END IF;
         -- IS DISTINCT FROM would look `=` up by name, as pg_catalog's.
-        RETURN CASE WHEN jsonb_typeof(val) = 'null' THEN format('%s IS NOT NULL', target)
-                    ELSE format('(%1$s IS NULL OR NOT (%1$s %2$s %3$s))', target, eq, value)
-               END;
+        RETURN format('(%1$s IS NULL OR NOT (%1$s %2$s %3$s))', target, eq, value);
     ELSIF op IN ('$gt', '$gte', '$lt', '$lte') THEN
         IF jsonb_typeof(val) = 'null' THEN
             RAISE EXCEPTION 'filter on %: % needs a value, not null', to_json(col)::text, op
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         RETURN format('%s %s %s', target,
-                      pgembed._operator_v1(col, typ, CASE op WHEN '$gt' THEN '>'
+                      pgembed._operator_v1(col, base, CASE op WHEN '$gt' THEN '>'
                                                              WHEN '$gte' THEN '>='
                                                              WHEN '$lt' THEN '<' ELSE '<=' END),
                       value);
@@ -327,8 +349,9 @@ LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
     -- `typ || ''`, not `typ`: pg_input_is_valid keeps the type of its first call when the type
     -- is a parameter, and PL/pgSQL keeps that state from one call of this function to the next.
-    -- A json or jsonb column takes any JSON value as it is (_condition_v1).
-    IF typ NOT IN ('jsonb', 'json') AND jsonb_typeof(val) <> 'null'
+    -- A json or jsonb column (or a domain over one) takes any JSON value as it is
+    -- (_condition_v1).
+    IF pgembed._base_type_v1(typ) NOT IN ('jsonb'::regtype, 'json'::regtype) AND jsonb_typeof(val) <> 'null'
        AND NOT pg_input_is_valid(val #>> '{}', typ || '') THEN
         RAISE EXCEPTION 'filter on %: % is not a value of its type % (%)', to_json(col)::text,
             CASE WHEN length(val::text) > 60 THEN left(val::text, 59) || '…' ELSE val::text END,
@@ -368,7 +391,8 @@ BEGIN
             AND a.attname = s.attname
         JOIN pg_type t ON t.oid = a.atttypid
         WHERE s.schemaname = m.table_schema AND s.tablename = m.table_name AND s.attname = col
-          AND t.typcategory = 'S'  -- text values: their text is the value
+          AND t.typcategory = 'S'  -- text values: their text is the value, and pg_catalog's
+          AND t.typnamespace = 'pg_catalog'::regnamespace  -- (citext's compare otherwise)
           AND s.most_common_vals IS NOT NULL
           AND (SELECT sum(f) FROM unnest(s.most_common_freqs) f) + s.null_frac >= 0.999;
         CONTINUE WHEN known IS NULL;
