@@ -222,11 +222,9 @@ def test_a_daemon_that_may_not_act_as_the_owner_leaves_the_table_queued(
     assert report["minilm"]["queued"] == 7
 
 
-def test_a_trigger_the_owner_defers_to_the_commit_never_fires_as_the_syncer(
-    db_url: str, make_role: Callable[..., str]
-) -> None:
-    """The owner's code defers its constraint trigger while the daemon writes as the owner:
-    at the commit it would run as the syncing role (a superuser here). The write is refused."""
+def _owners_docs(db_url: str, make_role: Callable[..., str], code: str) -> str:
+    """public.docs, owned by a new owner (with its traps) and watched, 7 rows queued; `code` run
+    as that owner first. The owner's name."""
     with db.connection(db_url) as conn:
         owner = _owner_with_traps(conn, make_role)
         conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
@@ -234,17 +232,15 @@ def test_a_trigger_the_owner_defers_to_the_commit_never_fires_as_the_syncer(
         models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
         conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(owner)))
         conn.execute(
-            "CREATE FUNCTION public.later() RETURNS trigger LANGUAGE plpgsql AS "
-            "$$BEGIN PERFORM public.pwn(); RETURN NULL; END$$; "
-            "CREATE CONSTRAINT TRIGGER later AFTER UPDATE ON public.docs "
-            "DEFERRABLE INITIALLY IMMEDIATE FOR EACH ROW EXECUTE FUNCTION public.later(); "
-            "CREATE FUNCTION public.defer() RETURNS trigger LANGUAGE plpgsql AS "
-            "$$BEGIN SET CONSTRAINTS ALL DEFERRED; RETURN NEW; END$$; "
-            "CREATE TRIGGER defer BEFORE UPDATE ON public.docs FOR EACH ROW "
-            "EXECUTE FUNCTION public.defer(); "
-            "INSERT INTO public.docs SELECT g, 'review ' || g FROM generate_series(1, 7) g"
+            f"{code} INSERT INTO public.docs SELECT g, 'review ' || g FROM generate_series(1, 7) g"
         )
         conn.execute("RESET ROLE")
+    return owner
+
+
+def _refused(db_url: str, owner: str) -> set[str]:
+    """Sync as a superuser: nothing written, the owner powerless, the 7 keys still queued.
+    The roles the owner's code ran as."""
     stats = _sync(db_url)
     with db.connection(db_url) as conn:
         assert not superuser(conn, owner)
@@ -253,6 +249,27 @@ def test_a_trigger_the_owner_defers_to_the_commit_never_fires_as_the_syncer(
         assert _embedded(conn) == 0 and stats.written == 0
     (report,) = pgembed.status(database_url=db_url)
     assert report["queued"] == 7
+    return ran
+
+
+def test_a_trigger_the_owner_defers_to_the_commit_never_fires_as_the_syncer(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """The owner's code defers its constraint trigger while the daemon writes as the owner:
+    at the commit it would run as the syncing role (a superuser here). The write is refused."""
+    owner = _owners_docs(
+        db_url,
+        make_role,
+        "CREATE FUNCTION public.later() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$BEGIN PERFORM public.pwn(); RETURN NULL; END$$; "
+        "CREATE CONSTRAINT TRIGGER later AFTER UPDATE ON public.docs "
+        "DEFERRABLE INITIALLY IMMEDIATE FOR EACH ROW EXECUTE FUNCTION public.later(); "
+        "CREATE FUNCTION public.defer() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$BEGIN SET CONSTRAINTS ALL DEFERRED; RETURN NEW; END$$; "
+        "CREATE TRIGGER defer BEFORE UPDATE ON public.docs FOR EACH ROW "
+        "EXECUTE FUNCTION public.defer();",
+    )
+    _refused(db_url, owner)
 
 
 def test_a_cursor_the_owner_holds_past_the_commit_never_runs_as_the_syncer(
@@ -261,28 +278,16 @@ def test_a_cursor_the_owner_holds_past_the_commit_never_runs_as_the_syncer(
     """The owner's trigger declares a cursor WITH HOLD while the daemon writes as the owner:
     at the commit PostgreSQL would run its query as the syncing role (a superuser here). The
     write is refused, and the rollback drops the cursor unrun."""
-    with db.connection(db_url) as conn:
-        owner = _owner_with_traps(conn, make_role)
-        conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
-        conn.execute(sql.SQL("ALTER TABLE public.docs OWNER TO {}").format(sql.Identifier(owner)))
-        models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
-        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(owner)))
-        conn.execute(
-            "CREATE FUNCTION public.hold() RETURNS trigger LANGUAGE plpgsql AS "
-            "$$BEGIN EXECUTE 'DECLARE held CURSOR WITH HOLD FOR SELECT public.pwn()'; "
-            "RETURN NEW; END$$; "
-            "CREATE TRIGGER hold BEFORE UPDATE ON public.docs FOR EACH ROW "
-            "EXECUTE FUNCTION public.hold(); "
-            "INSERT INTO public.docs SELECT g, 'review ' || g FROM generate_series(1, 7) g"
-        )
-        conn.execute("RESET ROLE")
-    stats = _sync(db_url)
-    with db.connection(db_url) as conn:
-        assert not superuser(conn, owner)
-        assert conn.execute("SELECT by_role FROM public.ran").fetchall() == []
-        assert _embedded(conn) == 0 and stats.written == 0
-    (report,) = pgembed.status(database_url=db_url)
-    assert report["queued"] == 7
+    owner = _owners_docs(
+        db_url,
+        make_role,
+        "CREATE FUNCTION public.hold() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$BEGIN EXECUTE 'DECLARE held CURSOR WITH HOLD FOR SELECT public.pwn()'; "
+        "RETURN NEW; END$$; "
+        "CREATE TRIGGER hold BEFORE UPDATE ON public.docs FOR EACH ROW "
+        "EXECUTE FUNCTION public.hold();",
+    )
+    assert _refused(db_url, owner) == set()
 
 
 def test_a_write_as_the_owner_without_track_counts_is_refused(
@@ -290,22 +295,15 @@ def test_a_write_as_the_owner_without_track_counts_is_refused(
 ) -> None:
     """The deferrable-trigger check reads this transaction's counts of changed tables: with
     track_counts off (a superuser's setting) it saw none, and let any pass."""
+    owner = _owners_docs(db_url, make_role, "")
     with db.connection(db_url) as conn:
-        owner = make_role("owner")
-        conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
-        conn.execute(sql.SQL("ALTER TABLE public.docs OWNER TO {}").format(sql.Identifier(owner)))
-        models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
-        conn.execute(
-            "INSERT INTO public.docs SELECT g, 'review ' || g FROM generate_series(1, 7) g"
-        )
         database = sql.Identifier(conn.info.dbname)
         conn.execute(sql.SQL("ALTER DATABASE {} SET track_counts = off").format(database))
-    assert _sync(db_url).written == 0
-    with db.connection(db_url) as conn:
-        assert _embedded(conn) == 0
-        conn.execute(sql.SQL("ALTER DATABASE {} RESET track_counts").format(database))
-    (report,) = pgembed.status(database_url=db_url)
-    assert report["queued"] == 7
+    try:
+        _refused(db_url, owner)
+    finally:
+        with db.connection(db_url) as conn:
+            conn.execute(sql.SQL("ALTER DATABASE {} RESET track_counts").format(database))
 
 
 def test_a_daemon_without_temp_leaves_the_table_queued_and_says_why(
