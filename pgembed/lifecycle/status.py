@@ -47,7 +47,7 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec, exact: bool = False)
         "dimensions": spec.dimensions,
         "rows_total": rows.total if rows else None,
         "rows_embedded": rows.embedded if rows else None,
-        # "exact", or "estimate": a large table's rows from its statistics (no scan; counts.py).
+        # "exact", or "estimate": a large table's rows from a sample of its pages (counts.py).
         "counts": None if rows is None else "exact" if rows.exact and chunks_exact else "estimate",
         "long_texts": spec.long_texts,
         # A chunked model's windows past the first (0 for a model that truncates).
