@@ -38,6 +38,7 @@ class TableTrust:
     role_has_temp: bool  # so may this role: the function is made in this session's temp schema
     row_security: bool  # row-level security filters what this role reads of the table
     role: str  # this role (CURRENT_USER)
+    schema_usable: bool  # this role may look names up in the table's schema
 
     @property
     def writes_as_owner(self) -> bool:
@@ -68,21 +69,17 @@ def problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
     """Why this role cannot sync the model's table safely and whole, with what to do; else None.
 
     The daemon skips such a model (its keys stay queued) and `status` says this one line."""
-    usage = conn.execute(
-        sqlfiles.get("catalog", "schema_usage"), {"schema": spec.table_schema}
-    ).fetchone()
-    if usage is not None and not usage[0]:
-        schema = sql.Identifier(spec.table_schema).as_string(conn)  # a GRANT to paste
-        return (
-            f"role {usage[1]} may not use schema {spec.table_schema}, which holds "
-            f"{spec.qualified_table}: its keys stay queued (GRANT USAGE ON SCHEMA "
-            f"{schema} TO pgembed_daemon, which `model add` and `migrate` do when their role "
-            "may)"
-        )
     found = inspect(conn, spec)
     if found is None:
         return None  # tables.problem says the table is gone
     table = spec.qualified_table
+    if not found.schema_usable:
+        schema = sql.Identifier(spec.table_schema).as_string(conn)  # a GRANT to paste
+        return (
+            f"role {found.role} may not use schema {spec.table_schema}, which holds {table}: "
+            f"its keys stay queued (GRANT USAGE ON SCHEMA {schema} TO pgembed_daemon, which "
+            "`model add` and `migrate` do when their role may)"
+        )
     if found.row_security:
         return (
             f"row-level security on {table} hides rows from role {found.role}, so they would "

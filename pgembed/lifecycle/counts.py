@@ -68,22 +68,24 @@ def _sample(conn: psycopg.Connection, spec: ModelSpec) -> tuple[int, int, int]:
         sql.SQL("pg_catalog.octet_length(t.{}::pg_catalog.text) > 0").format(sql.Identifier(c))
         for c in spec.text_columns
     )
-    share = conn.execute(
-        "SELECT LEAST(100, 100.0 * %s / GREATEST(1, "
-        "pg_catalog.pg_relation_size(%s::pg_catalog.regclass) "
-        "/ pg_catalog.current_setting('block_size')::integer))",
-        (SAMPLE_PAGES, naming.table(spec).as_string(conn)),
-    ).fetchone()
+    # The percentage of the table's pages that is SAMPLE_PAGES of them (all of a small table).
+    share = sql.SQL(
+        "(SELECT LEAST(100, 100.0 * %(pages)s / GREATEST(1, pg_catalog.pg_relation_size("
+        "%(table)s::pg_catalog.regclass) / pg_catalog.current_setting('block_size')::integer)))"
+    )
     row = conn.execute(
         sql.SQL(
             "SELECT pg_catalog.count(*), pg_catalog.count(*) FILTER (WHERE s.has), "
             "pg_catalog.count(*) FILTER (WHERE s.has AND s.vector) FROM ("
             "SELECT coalesce({has}, false) AS has, t.{column} IS NOT NULL AS vector "
-            "FROM ONLY {table} t TABLESAMPLE SYSTEM (%s) REPEATABLE (0)) s"
+            "FROM ONLY {table} t TABLESAMPLE SYSTEM ({share}) REPEATABLE (0)) s"
         ).format(
-            has=has_text, column=sql.Identifier(spec.embedding_column), table=naming.table(spec)
+            has=has_text,
+            column=sql.Identifier(spec.embedding_column),
+            table=naming.table(spec),
+            share=share,
         ),
-        (float(share[0]) if share else 100.0,),
+        {"pages": SAMPLE_PAGES, "table": naming.table(spec).as_string(conn)},
     ).fetchone()
     return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import psycopg
-from psycopg import sql
 
 from pgembed import capture, checks, db, defaults, sqlfiles
 from pgembed.catalog import ddl, naming, registry, tables, trust
@@ -23,7 +22,7 @@ from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.encode.settings import settings_of
 from pgembed.errors import UsageError
-from pgembed.lifecycle import indexbuild, models, setup, switch
+from pgembed.lifecycle import counts, indexbuild, models, setup, switch
 from pgembed.sync import store, worker
 
 T = TypeVar("T")
@@ -195,26 +194,19 @@ def abort(conn: psycopg.Connection, name: str) -> ModelSpec:
 
 @dataclass(frozen=True)
 class ShadowProgress:
-    """How far a shadow is: rows with a vector, and rows that have text to embed."""
+    """How far a shadow is: rows with a vector, and rows that have text to embed (counted, or
+    estimated on a large table: counts.rows), and its keys queued."""
 
     embedded: int
     total: int
     queued: int
+    exact: bool = True
 
 
-def progress(conn: psycopg.Connection, shadow: ModelSpec) -> ShadowProgress:
-    row = conn.execute(
-        sql.SQL(
-            "SELECT pg_catalog.count({col}), pg_catalog.count(*) "
-            "FILTER (WHERE pgembed._has_text_v1(({text})::pg_catalog.text)) FROM {table}"
-        ).format(
-            col=sql.Identifier(shadow.embedding_column),
-            text=naming.text_expression(shadow),
-            table=naming.table(shadow),
-        )
-    ).fetchone()
-    embedded, total = row if row else (0, 0)
-    return ShadowProgress(embedded, total, store.queued_count(conn, [shadow.name]))
+def progress(conn: psycopg.Connection, shadow: ModelSpec, exact: bool = True) -> ShadowProgress:
+    rows = counts.rows(conn, shadow, exact)
+    queued = store.queued_count(conn, [shadow.name])
+    return ShadowProgress(rows.embedded, rows.total, queued, rows.exact)
 
 
 class Reporter:

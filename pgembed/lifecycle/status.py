@@ -11,8 +11,7 @@ from pgembed import defaults, sqlfiles
 from pgembed.catalog import ddl, naming, registry, trust
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import engines
-from pgembed.lifecycle import counts, setup
-from pgembed.sync import store
+from pgembed.lifecycle import counts, reindex, setup
 
 
 def model_status(conn: psycopg.Connection, spec: ModelSpec, exact: bool = False) -> dict[str, Any]:
@@ -117,10 +116,10 @@ def all_status(conn: psycopg.Connection, exact: bool = False) -> list[dict[str, 
 def reindex_status(
     conn: psycopg.Connection, shadow: ModelSpec, exact: bool = False
 ) -> dict[str, Any]:
-    """A reindex's progress, counted as the model's rows are (estimated on a large table: a
-    count of every row took 0.1-0.2 s at a million, at every `status --watch` refresh)."""
+    """A reindex's progress, estimated on a large table as the model's rows are (a count of
+    every row took 0.1-0.2 s at a million, at every `status --watch` refresh)."""
     problem = trust.broken(conn, shadow)
-    rows = None if problem else counts.rows(conn, shadow, exact)
+    done = reindex.ShadowProgress(0, 0, 0) if problem else reindex.progress(conn, shadow, exact)
     return {
         "shadow": shadow.name,
         "broken": problem,
@@ -128,10 +127,10 @@ def reindex_status(
         "model": shadow.model_ref,
         "pooling": shadow.pooling,
         "dimensions": shadow.dimensions,
-        "rows_embedded": rows.embedded if rows else 0,
-        "rows_total": rows.total if rows else 0,
-        "counts": "exact" if rows is None or rows.exact else "estimate",
-        "queued": 0 if problem else store.queued_count(conn, [shadow.name]),
+        "rows_embedded": done.embedded,
+        "rows_total": done.total,
+        "counts": "exact" if done.exact else "estimate",
+        "queued": done.queued,
         "index_built": bool(ddl.index_valid(conn, shadow.table_schema, naming.index_name(shadow))),
     }
 

@@ -197,27 +197,24 @@ FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
 WHERE n.nspname OPERATOR(pg_catalog.=) %(schema)s AND c.relname OPERATOR(pg_catalog.=) %(name)s;
 
--- name: schema_usage
--- Whether this role may look names up in the table's schema (no row: the schema is gone), and
--- the role: without USAGE every read of the table, even to_regclass, fails.
-SELECT pg_catalog.has_schema_privilege(n.oid, 'USAGE'), CURRENT_USER::pg_catalog.text
-FROM pg_catalog.pg_namespace n
-WHERE n.nspname OPERATOR(pg_catalog.=) %(schema)s::pg_catalog.name;
-
 -- name: table_trust
 -- Whose rights pgembed's daemon would lend a watched table's owner, and whether row-level
 -- security filters what this role reads of it (PostgreSQL's own answer: not the owner, or
--- FORCE ROW LEVEL SECURITY, and neither BYPASSRLS nor SUPERUSER). See catalog/trust.py.
+-- FORCE ROW LEVEL SECURITY, and neither BYPASSRLS nor SUPERUSER). See catalog/trust.py. Found
+-- by name, not to_regclass: without USAGE on the table's schema (the last column) that fails,
+-- as every read of the table would.
 SELECT r.rolname, r.rolsuper, r.rolname OPERATOR(pg_catalog.=) SESSION_USER,
        pg_catalog.pg_has_role(CURRENT_USER, c.relowner, 'SET'),
        pg_catalog.has_database_privilege(c.relowner, pg_catalog.current_database(), 'TEMP'),
        pg_catalog.has_database_privilege(CURRENT_USER, pg_catalog.current_database(), 'TEMP'),
-       pg_catalog.row_security_active(c.oid), CURRENT_USER::pg_catalog.text
+       pg_catalog.row_security_active(c.oid), CURRENT_USER::pg_catalog.text,
+       pg_catalog.has_schema_privilege(n.oid, 'USAGE')
 FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
 JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.relowner
-WHERE c.oid OPERATOR(pg_catalog.=) pg_catalog.to_regclass(
-    pg_catalog.format('%%I.%%I', %(schema)s::pg_catalog.text, %(name)s::pg_catalog.text))
-    ::pg_catalog.oid;
+WHERE n.nspname OPERATOR(pg_catalog.=) %(schema)s::pg_catalog.name
+  AND c.relname OPERATOR(pg_catalog.=) %(name)s::pg_catalog.name
+  AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p}'::pg_catalog.char[]);
 
 -- name: column_views
 -- Views (and materialized views) that read a column, or with %(column)s NULL any column of the

@@ -224,20 +224,20 @@ DECLARE
     -- by its B-tree index too): a time zone offset in the text moves the instant, as a Python
     -- datetime's does (sent as UTC), where a cast to `timestamp` ignored it. The helpers run in
     -- UTC, so a value without an offset is the same wall-clock time as before.
-    cast_to text := CASE typ WHEN 'timestamp without time zone' THEN 'timestamp with time zone'
-                             ELSE typ END;
     base regtype := pgembed._base_type_v1(typ);
+    -- A column of a domain over an extension's type is compared as that type (_operator_v1).
+    outside boolean := pgembed._foreign_type_v1(base);
+    cast_to text := CASE WHEN outside THEN base::text
+                         WHEN typ = 'timestamp without time zone' THEN 'timestamp with time zone'
+                         ELSE typ END;
     -- A jsonb column's value is the JSON value itself: its text read again as JSON made the
     -- string "{\"r\": 1}" the object {"r": 1}, and refused the string "abc". A json column,
     -- which has no `=`, compares as jsonb (a domain over either alike).
     json boolean := base IN ('jsonb'::regtype, 'json'::regtype);
-    -- A column of a domain over an extension's type is compared as that type (_operator_v1).
-    outside boolean := pgembed._foreign_type_v1(base);
     target text := CASE WHEN base = 'json'::regtype THEN format('t.%I::pg_catalog.jsonb', col)
                         WHEN outside AND base <> typ::regtype THEN format('t.%I::%s', col, base)
                         ELSE format('t.%I', col) END;
     value text := CASE WHEN json THEN format('($%s -> %s)', param, slot)
-                       WHEN outside THEN format('($%s ->> %s)::%s', param, slot, base)
                        ELSE format('($%s ->> %s)::%s', param, slot, cast_to) END;
     eq text;
 BEGIN
@@ -254,8 +254,7 @@ BEGIN
         value := format('%s %s ANY (%s)', target, pgembed._operator_v1(col, base, '='),
                         CASE WHEN json THEN format('pgembed._jsons_v1($%s -> %s)', param, slot)
                              ELSE format('pgembed._texts_v1($%s -> %s)::%s[]', param, slot,
-                                         CASE WHEN outside THEN base::text ELSE cast_to END)
-                        END);
+                                         cast_to) END);
         -- A null among the values matches the rows whose column is NULL, as {"col": null} does.
         RETURN CASE WHEN val @> '[null]' THEN format('(%s OR %s IS NULL)', value, target)
                     ELSE value END;
@@ -307,6 +306,7 @@ DECLARE
     typ text;
     op text;
     val jsonb;
+    json boolean;
 BEGIN
     clause := '';
     args := '[]';
@@ -324,6 +324,7 @@ BEGIN
                 quote_ident(m.table_name), to_json(col)::text
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
+        json := pgembed._base_type_v1(typ) IN ('jsonb'::regtype, 'json'::regtype);
         IF jsonb_typeof(spec) <> 'object' THEN
             spec := jsonb_build_object('$eq', spec);
         ELSIF spec = '{}' THEN
@@ -333,9 +334,11 @@ BEGIN
         FOR op, val IN SELECT * FROM jsonb_each(spec) LOOP
             clause := clause || ' AND '
                 || pgembed._condition_v1(col, typ, op, val, param, jsonb_array_length(args));
+            -- A json or jsonb column (or a domain over one) takes any JSON value as it is.
             PERFORM pgembed._check_value_v1(col, typ, v)
                 FROM jsonb_array_elements(CASE WHEN op = '$in' THEN val
-                                               ELSE jsonb_build_array(val) END) v;
+                                               ELSE jsonb_build_array(val) END) v
+                WHERE NOT json;
             args := args || jsonb_build_array(val);
         END LOOP;
     END LOOP;
@@ -349,10 +352,7 @@ LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
     -- `typ || ''`, not `typ`: pg_input_is_valid keeps the type of its first call when the type
     -- is a parameter, and PL/pgSQL keeps that state from one call of this function to the next.
-    -- A json or jsonb column (or a domain over one) takes any JSON value as it is
-    -- (_condition_v1).
-    IF pgembed._base_type_v1(typ) NOT IN ('jsonb'::regtype, 'json'::regtype) AND jsonb_typeof(val) <> 'null'
-       AND NOT pg_input_is_valid(val #>> '{}', typ || '') THEN
+    IF jsonb_typeof(val) <> 'null' AND NOT pg_input_is_valid(val #>> '{}', typ || '') THEN
         RAISE EXCEPTION 'filter on %: % is not a value of its type % (%)', to_json(col)::text,
             CASE WHEN length(val::text) > 60 THEN left(val::text, 59) || '…' ELSE val::text END,
             typ, (pg_input_error_info(val #>> '{}', typ || '')).message
@@ -391,8 +391,9 @@ BEGIN
             AND a.attname = s.attname
         JOIN pg_type t ON t.oid = a.atttypid
         WHERE s.schemaname = m.table_schema AND s.tablename = m.table_name AND s.attname = col
-          AND t.typcategory = 'S'  -- text values: their text is the value, and pg_catalog's
-          AND t.typnamespace = 'pg_catalog'::regnamespace  -- (citext's compare otherwise)
+          AND t.typcategory = 'S'  -- text values: their text is the value
+          -- compared as text (citext's compare otherwise: _foreign_type_v1)
+          AND NOT pgembed._foreign_type_v1(pgembed._base_type_v1(a.atttypid::regtype::text))
           AND s.most_common_vals IS NOT NULL
           AND (SELECT sum(f) FROM unnest(s.most_common_freqs) f) + s.null_frac >= 0.999;
         CONTINUE WHEN known IS NULL;
