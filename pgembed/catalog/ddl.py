@@ -112,13 +112,14 @@ def follow_row_security(conn: psycopg.Connection, spec: ModelSpec) -> None:
     conn.execute(
         sql.SQL(
             "CREATE POLICY pgembed_row_visible ON {table} USING (EXISTS ("
-            "SELECT t.{vector} FROM {source} t WHERE t.{key} OPERATOR(pg_catalog.=) {chunks}.key))"
+            "SELECT t.{vector} FROM {source} t WHERE t.{key} {equals} {chunks}.key))"
         ).format(
             table=table,
             vector=sql.Identifier(spec.embedding_column),
             source=naming.table(spec),
             key=sql.Identifier(spec.key_column),
             chunks=sql.Identifier(naming.chunk_table_name(spec)),
+            equals=naming.key_equals(spec),
         )
     )
 

@@ -139,10 +139,23 @@ _KEY_TYPE_RE = re.compile(r"[a-z][a-z0-9_ ]*(\(\d+(,\d+)?\))?(\[\])?")
 
 
 def key_type(spec: ModelSpec) -> sql.Composable:
-    """The key column's type, to cast queue keys (stored as text) back so the key index is used.
+    """The type queue keys (stored as text) are cast back to, so the key index is used.
 
-    It comes from the server's format_type(), not from a user; it is still checked to be plain.
-    """
+    The server's pgembed._key_v1 names it, schema-qualified, with the model; a spec made without
+    it (never read from the catalog) falls back to key_type, checked to be a plain name."""
+    if spec.key_cast is not None:
+        return sql.SQL(spec.key_cast)  # type: ignore[arg-type,unused-ignore]
     if not _KEY_TYPE_RE.fullmatch(spec.key_type):
         raise UsageError(f"unsupported key column type {spec.key_type!r}")
     return sql.SQL(spec.key_type)  # type: ignore[arg-type,unused-ignore]
+
+
+def key_equals(spec: ModelSpec) -> sql.Composable:
+    """The `=` between the key column and a key_type value, schema-qualified: an extension's type
+    (citext) is compared by its own, which its index answers, not text's (pgembed._key_v1)."""
+    return sql.SQL(spec.key_equals or "OPERATOR(pg_catalog.=)")  # type: ignore[arg-type,unused-ignore]
+
+
+def key_greater(spec: ModelSpec) -> sql.Composable:
+    """The `>` of the same (a backfill's pages walk the key's index in its order)."""
+    return sql.SQL(spec.key_greater or "OPERATOR(pg_catalog.>)")  # type: ignore[arg-type,unused-ignore]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, LiteralString
 
 import psycopg
@@ -52,6 +52,12 @@ class ModelSpec:
     # The columns embedded together, joined by a newline; the first is text_column.
     text_columns: tuple[str, ...] = ()
     long_texts: str = "truncate"  # or "chunk": see LONG_TEXTS
+    # How statements compare the key column, so that its index answers (pgembed._key_v1): the
+    # type a key's text is cast to and its `=` and `>`, schema-qualified. Read from the table
+    # with the model, never stored; None where not read (naming falls back to key_type).
+    key_cast: str | None = field(default=None, metadata={"derived": True})
+    key_equals: str | None = field(default=None, metadata={"derived": True})
+    key_greater: str | None = field(default=None, metadata={"derived": True})
 
     def __post_init__(self) -> None:
         if not self.text_columns:  # a one-column model, made without naming its columns
@@ -79,15 +85,30 @@ class ModelSpec:
         return asdict(self)
 
 
-_COLUMNS = [f.name for f in fields(ModelSpec)]
-_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM pgembed.models"
+_COLUMNS = [f.name for f in fields(ModelSpec) if not f.metadata.get("derived")]
+_KEY = "pgembed._key_v1(m.table_schema, m.table_name, m.key_column)"
+_SELECT = (
+    f"SELECT {', '.join('m.' + c for c in _COLUMNS)}, k.cast_to AS key_cast, "
+    f"k.equals AS key_equals, k.greater AS key_greater FROM pgembed.models m, {_KEY} k"
+)
 # The one read of the catalog's rows, as dict rows that `from_row` (or `found`) turns into
 # specs; the search planner, `pgembed serve` and the SQLAlchemy integration run them on their
 # own connections. BY_NAME: one model (parameter: its name); ALL: every model, by name.
-BY_NAME = _SELECT + " WHERE name = %s"
-ALL = _SELECT + " ORDER BY name"
+BY_NAME = _SELECT + " WHERE m.name = %s"
+ALL = _SELECT + " ORDER BY m.name"
 # The names a user may mean when BY_NAME found nothing (a reindex's shadow is no model of theirs).
 NAMES = "SELECT name FROM pgembed.models WHERE shadow_of IS NULL ORDER BY name"
+
+
+def keyed(conn: psycopg.Connection, spec: ModelSpec) -> ModelSpec:
+    """`spec` with how its key column compares now (pgembed._key_v1): for a spec made in Python
+    (`model add`), or after its key column's type changed (alter-table)."""
+    row = conn.execute(
+        "SELECT * FROM pgembed._key_v1(%s, %s, %s)",
+        (spec.table_schema, spec.table_name, spec.key_column),
+    ).fetchone()
+    cast_to, equals, greater = row if row else (None, None, None)
+    return replace(spec, key_cast=cast_to, key_equals=equals, key_greater=greater)
 
 
 def from_row(row: Mapping[str, Any]) -> ModelSpec:
@@ -139,14 +160,14 @@ def locked(conn: psycopg.Connection, name: str) -> ModelSpec | None:
     holds this lock knows the model's column cannot change under it until it commits.
     """
     with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(_SELECT + " WHERE name = %s FOR SHARE", (name,)).fetchone()
+        row = cur.execute(_SELECT + " WHERE m.name = %s FOR SHARE OF m", (name,)).fetchone()
     return None if row is None else from_row(row)
 
 
 def shadow(conn: psycopg.Connection, name: str) -> ModelSpec | None:
     """The shadow of a reindex of `name` in progress, if any."""
     with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(_SELECT + " WHERE shadow_of = %s", (name,)).fetchone()
+        row = cur.execute(_SELECT + " WHERE m.shadow_of = %s", (name,)).fetchone()
     return None if row is None else from_row(row)
 
 

@@ -122,7 +122,7 @@ def alter_table(
         changed: dict[str, tuple[str, str]] = {}
         requeued: dict[str, int] = {}
         for spec in specs:
-            new = _checked(before, after, spec)
+            new = _checked(conn, before, after, spec)
             if new.key_type != spec.key_type:
                 changed[spec.name] = (spec.key_type, new.key_type)
                 conn.execute(
@@ -143,9 +143,12 @@ def alter_table(
     return ddl.retrying_locks(conn, schema, name, work, on_wait)
 
 
-def _checked(before: tables.TableInfo, after: tables.TableInfo, spec: ModelSpec) -> ModelSpec:
+def _checked(
+    conn: psycopg.Connection, before: tables.TableInfo, after: tables.TableInfo, spec: ModelSpec
+) -> ModelSpec:
     """The model as the statement left its table: its columns still there, its texts still
-    text, its key still usable; else an error that rolls the statement back."""
+    text, its key still usable (and compared as its type now is); else an error that rolls the
+    statement back."""
     where = f"model {spec.name}"
     for column in (spec.key_column, spec.embedding_column):
         if column not in after.columns:
@@ -165,13 +168,12 @@ def _checked(before: tables.TableInfo, after: tables.TableInfo, spec: ModelSpec)
             tables.text_column(after, column)
         except (UsageError, NotFoundError) as exc:
             raise UsageError(f"{where}: {exc}; rolled back") from None
-    key_type = after.columns[spec.key_column]
     try:
         tables.key_column(after, spec.key_column)  # still unique, NOT NULL, trusted
-        naming.key_type(dataclasses.replace(spec, key_type=key_type))
     except (UsageError, NotFoundError) as exc:
         raise UsageError(f"{where}: {exc}; rolled back") from None
-    return dataclasses.replace(spec, key_type=key_type)
+    key_type = after.columns[spec.key_column]
+    return registry.keyed(conn, dataclasses.replace(spec, key_type=key_type))
 
 
 def _fingerprint(conn: psycopg.Connection, specs: list[ModelSpec]) -> None:
@@ -299,17 +301,21 @@ def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec, *, chunks: bool)
         conn.execute(
             sql.SQL(
                 "UPDATE {table} t SET {vector} = NULL WHERE {vector} IS NOT NULL "
-                "AND t.{key} OPERATOR(pg_catalog.=) ANY (%s::{type}[])"
+                "AND t.{key} {equals} ANY (%s::{type}[])"
             ).format(
-                table=table, vector=sql.Identifier(spec.embedding_column), key=key, type=key_type
+                table=table,
+                vector=sql.Identifier(spec.embedding_column),
+                key=key,
+                type=key_type,
+                equals=naming.key_equals(spec),
             ),
             (changed,),
         )
         if chunks:
             conn.execute(
-                sql.SQL(
-                    "DELETE FROM {} c WHERE c.key OPERATOR(pg_catalog.=) ANY (%s::{}[])"
-                ).format(naming.chunk_table(spec), key_type),
+                sql.SQL("DELETE FROM {} c WHERE c.key {} ANY (%s::{}[])").format(
+                    naming.chunk_table(spec), naming.key_equals(spec), key_type
+                ),
                 (changed,),
             )
     queued = [k for k, has_text in rows if has_text]

@@ -155,7 +155,7 @@ def add(
         document_prefix=request.document_prefix,
         long_texts=request.long_texts,
     )
-    spec = with_precision(conn, spec, request.precision, say.step)
+    spec = with_precision(conn, registry.keyed(conn, spec), request.precision, say.step)
     if not conn.autocommit:
         return spec, _add_in_transaction(conn, spec, request, on_wait)
     if setup.leftovers(conn, name):  # of a `model remove` interrupted after its catalog step

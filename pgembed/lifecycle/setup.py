@@ -216,10 +216,11 @@ def _enqueue_statements(spec: ModelSpec) -> tuple[sql.Composed, sql.Composed]:
         )
 
     not_null = sql.SQL("{} IS NOT NULL").format(key)
-    # pg_catalog's operator, not one another role put first on the search_path (a varchar key
-    # would otherwise match a public `>` (varchar, varchar) before text's).
-    after = sql.SQL("{} OPERATOR(pg_catalog.>) %(after)s::pg_catalog.text::{}").format(
-        key, naming.key_type(spec)
+    # A schema-qualified operator, not one another role put first on the search_path (a varchar
+    # key would otherwise match a public `>` (varchar, varchar) before text's); the key type's
+    # own for an extension's type, whose index gives the order (naming.key_greater).
+    after = sql.SQL("{} {} %(after)s::pg_catalog.text::{}").format(
+        key, naming.key_greater(spec), naming.key_type(spec)
     )
     return statement(not_null), statement(after)
 

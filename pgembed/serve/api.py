@@ -399,7 +399,7 @@ class Api:
         statement = sql.SQL(
             "SELECT k.i, pg_catalog.jsonb_build_object({pairs}) "
             "FROM pg_catalog.unnest(%s::text[]::{type}[]) WITH ORDINALITY AS k(v, i) "
-            "JOIN {table} t ON t.{key} OPERATOR(pg_catalog.=) k.v"
+            "JOIN {table} t ON t.{key} {equals} k.v"
         ).format(
             key=sql.Identifier(spec.key_column),
             pairs=sql.SQL(", ").join(
@@ -407,6 +407,7 @@ class Api:
             ),
             table=naming.only(spec),
             type=naming.key_type(spec),
+            equals=naming.key_equals(spec),
         )
         keys = [str(hit["key"]) for hit in hits]
         found = await plan.execute_async(pool, _fetch_plan(plan.Fetch(statement, (keys,))))

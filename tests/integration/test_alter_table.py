@@ -160,11 +160,6 @@ def test_a_text_the_statement_changes_is_embedded_again(
         ("ALTER TABLE reviews ADD COLUMN x int; COMMIT", "transaction commands"),
         ("ALTER TABLE reviews DROP COLUMN body; /* done */ COMMIT", "transaction commands"),
         (
-            "ALTER TABLE reviews ALTER COLUMN id TYPE timestamp(3) "
-            "USING timestamp '2020-01-01' + id * interval '1 s'",
-            "model minilm: unsupported key column type",
-        ),
-        (
             "ALTER TABLE reviews DROP CONSTRAINT reviews_pkey, ALTER COLUMN id TYPE bigint",
             "model minilm: key column 'id' of public.reviews is not unique",
         ),
@@ -264,7 +259,8 @@ def test_a_chunked_models_text_column_changes_type_with_its_chunks_kept(
         "ALTER TABLE reviews ALTER COLUMN id TYPE numeric(12,2)",
     )
     assert result.exit_code == 0, result.output
-    assert reviews.execute(policy, prepare=False).fetchall() == [(True, qual, "numeric(12,2)")]
+    # (the chunk keys take the key's type without its modifier: a cast to it never rounds)
+    assert reviews.execute(policy, prepare=False).fetchall() == [(True, qual, "numeric")]
     assert reviews.execute(chunks, prepare=False).fetchall() == []
     synced(db_url)
     keys = {key for key, *_ in reviews.execute(chunks, prepare=False).fetchall()}

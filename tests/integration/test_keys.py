@@ -30,6 +30,8 @@ KEY_TYPES = {
         "'2000-01-01 00:00:00-08'",
     ),
     "double precision": ("0.1", "1e300", "-2.5"),
+    # format_type()'s "timestamp(3) without time zone" was refused as a key type once.
+    "timestamp(3)": ("'2024-01-02 03:04:05.123'", "'2024-02-01 23:59:59'", "'1999-12-31 00:00:00'"),
 }
 
 # A writer whose session settings differ from the worker's in every way that changes key text.

@@ -200,7 +200,10 @@ BEGIN
        OR chunks IS NOT NULL THEN
         NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[3], NULL));
         IF chunks IS NOT NULL THEN
-            EXECUTE format('DELETE FROM %s c WHERE c.key = ($1).%I', chunks, TG_ARGV[1])
+            -- By the key type's `=` (_key_v1): the chunk table's index answers it.
+            EXECUTE format('DELETE FROM %s c WHERE %s', chunks,
+                           pgembed._key_equal_v1(TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[1],
+                                                 'c.key', format('($1).%I', TG_ARGV[1])))
                 USING OLD;
         END IF;
         IF has_text AND new_key IS NOT NULL THEN
@@ -249,8 +252,9 @@ BEGIN
          WHERE t.model = $1 AND t.key = o.%1$I::text',
         TG_ARGV[1]) USING TG_ARGV[0];
     IF chunks IS NOT NULL THEN
-        EXECUTE format('DELETE FROM %s c USING pgembed_old o WHERE c.key = o.%I',
-                       chunks, TG_ARGV[1]);
+        EXECUTE format('DELETE FROM %s c USING pgembed_old o WHERE %s', chunks,
+                       pgembed._key_equal_v1(TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[1],
+                                             'c.key', format('o.%I', TG_ARGV[1])));
     END IF;
     RETURN NULL;
 END

@@ -214,6 +214,50 @@ BEGIN
 END
 $fn$;
 
+-- How a statement compares a model's key column (table_schema.table_name.key_column) so that
+-- the key's index answers it: the type a key's text is cast to and the `=` and `>` that compare
+-- the column with such a value, all schema-qualified. The type is the column's base type (a
+-- domain's checks are not run on keys read from its own rows; `bit` and `bpchar` without a
+-- length take any). A key of an extension's type (citext) is compared by its default B-tree
+-- operator class's operators (_operator_v1): pg_catalog's `=` would reach it through the cast to
+-- text and scan the table. NULLs when the column is gone. pgembed's Python reads this with each
+-- model (catalog/registry.py), the search functions where they compare keys.
+CREATE OR REPLACE FUNCTION pgembed._key_v1(
+    table_schema text, table_name text, key_column text,
+    OUT cast_to text, OUT equals text, OUT greater text
+)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT format('%I.%I', n.nspname, t.typname),
+           CASE WHEN pgembed._foreign_type_v1(b.base)
+                THEN pgembed._operator_v1(key_column, b.base, '=')
+                ELSE 'OPERATOR(pg_catalog.=)' END,
+           CASE WHEN pgembed._foreign_type_v1(b.base)
+                THEN pgembed._operator_v1(key_column, b.base, '>')
+                ELSE 'OPERATOR(pg_catalog.>)' END
+    FROM pg_class c
+    JOIN pg_namespace s ON s.oid = c.relnamespace
+    JOIN pg_attribute a ON a.attrelid = c.oid
+    CROSS JOIN LATERAL pgembed._base_type_v1(a.atttypid::regtype::text) AS b(base)
+    JOIN pg_type t ON t.oid = b.base
+    JOIN pg_namespace n ON n.oid = t.typnamespace
+    -- By name, not to_regclass(): a role without USAGE on the table's schema (the daemon's
+    -- reading every model, trust.py) gets NULLs, not an error.
+    WHERE s.nspname = table_schema AND c.relname = table_name
+      AND a.attname = key_column AND a.attnum > 0 AND NOT a.attisdropped
+$fn$;
+
+-- `lhs = rhs` for a model's key as _key_v1 compares it: lhs the key column (an SQL expression),
+-- rhs a key's text or value, cast to the key's type. A column that is gone keeps pg_catalog's
+-- `=` and text, so the statement then fails by naming it.
+CREATE OR REPLACE FUNCTION pgembed._key_equal_v1(
+    table_schema text, table_name text, key_column text, lhs text, rhs text
+) RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT format('%s %s (%s)::%s', lhs, coalesce(k.equals, 'OPERATOR(pg_catalog.=)'), rhs,
+                  coalesce(k.cast_to, 'pg_catalog.text'))
+    FROM pgembed._key_v1(table_schema, table_name, key_column) k
+$fn$;
+
 -- One filter condition on t.<col>; its value is `$<param> -> <slot>`, a bound parameter.
 CREATE OR REPLACE FUNCTION pgembed._condition_v1(
     col text, typ text, op text, val jsonb, param integer, slot integer
@@ -571,9 +615,10 @@ LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     has_text boolean;  -- not `found`, which would hide PL/pgSQL's FOUND
 BEGIN
-    EXECUTE format('SELECT pgembed._has_text_v1(%s) FROM ONLY %I.%I t WHERE t.%I = $1::%s',
+    EXECUTE format('SELECT pgembed._has_text_v1(%s) FROM ONLY %I.%I t WHERE %s',
                    pgembed._text_v1(m.text_columns, 't'), m.table_schema, m.table_name,
-                   m.key_column, pgembed._column_type_v1(m, m.key_column))
+                   pgembed._key_equal_v1(m.table_schema, m.table_name, m.key_column,
+                                         format('t.%I', m.key_column), '$1'))
         INTO has_text USING row_key;
     RETURN coalesce(has_text, false);
 END
@@ -592,9 +637,10 @@ DECLARE
     found integer;
 BEGIN
     -- A record, not a variable of type vector: that name would resolve through search_path.
-    EXECUTE format('SELECT t.%1$I AS v FROM ONLY %2$I.%3$I t WHERE t.%4$I = $1::%5$s',
-                   m.embedding_column, m.table_schema, m.table_name, m.key_column,
-                   pgembed._column_type_v1(m, m.key_column))
+    EXECUTE format('SELECT t.%I AS v FROM ONLY %I.%I t WHERE %s',
+                   m.embedding_column, m.table_schema, m.table_name,
+                   pgembed._key_equal_v1(m.table_schema, m.table_name, m.key_column,
+                                         format('t.%I', m.key_column), '$1'))
         INTO found_row USING row_key;
     GET DIAGNOSTICS found = ROW_COUNT;
     IF found = 0 THEN
@@ -862,13 +908,15 @@ BEGIN
              WHERE t.%2$I IS NOT NULL%5$s
              UNION ALL
              SELECT t.%1$I::text, c.embedding %6$s $1
-             FROM %8$s c JOIN ONLY %3$I.%4$I t ON t.%1$I = c.key
+             FROM %8$s c JOIN ONLY %3$I.%4$I t ON %9$s
              WHERE t.%2$I IS NOT NULL%5$s) u
          GROUP BY u.key
          ORDER BY 2
          LIMIT %7$s',
         m.key_column, m.embedding_column, m.table_schema, m.table_name, conditions,
-        pgembed._distance_v1(), lim, pgembed._model_chunks_v1(m));
+        pgembed._distance_v1(), lim, pgembed._model_chunks_v1(m),
+        pgembed._key_equal_v1(m.table_schema, m.table_name, m.key_column,
+                              format('t.%I', m.key_column), 'c.key'));
 END
 $fn$;
 
@@ -925,7 +973,7 @@ BEGIN
          pieces AS MATERIALIZED (
              SELECT t.%1$I::text AS key, c.embedding %6$s $1 AS distance,
                     t.%2$I %6$s $1 AS own_distance
-             FROM %8$s c JOIN ONLY %3$I.%4$I t ON t.%1$I = c.key
+             FROM %8$s c JOIN ONLY %3$I.%4$I t ON %10$s
              WHERE t.%2$I IS NOT NULL%5$s
              ORDER BY c.embedding %6$s $1
              LIMIT %9$s * (%7$s)::bigint),
@@ -943,7 +991,9 @@ BEGIN
                         >= (SELECT max(x.distance) FROM best x)) AS settled
          FROM best b',
         m.key_column, m.embedding_column, m.table_schema, m.table_name, conditions,
-        pgembed._distance_v1(), lim, chunks, depth);
+        pgembed._distance_v1(), lim, chunks, depth,
+        pgembed._key_equal_v1(m.table_schema, m.table_name, m.key_column,
+                              format('t.%I', m.key_column), 'c.key'));
 END
 $fn$;
 
@@ -1013,8 +1063,9 @@ BEGIN
     PERFORM pgembed._check_query_v1(m, query, k);
     f := pgembed._filter_v1(m, filter, 4);
     IF exclude_key IS NOT NULL THEN
-        not_self := format(' AND t.%I <> $3::%s', m.key_column,
-                          pgembed._column_type_v1(m, m.key_column));
+        not_self := format(' AND NOT %s',
+                           pgembed._key_equal_v1(m.table_schema, m.table_name, m.key_column,
+                                                 format('t.%I', m.key_column), '$3'));
     END IF;
     PERFORM pgembed._use_settings_v1(settings);
     -- An exact scan of the rows when they are few, else the index (_path_v1, _ranking_v1).
@@ -1134,8 +1185,10 @@ BEGIN
         m.key_column, m.embedding_column, m.table_schema, m.table_name,
         pgembed._text_v1(m.text_columns, 't'), f.clause,
         -- A common query's rows: the vector ranking's, by the key's index (each key as its type).
-        CASE WHEN common THEN format(' JOIN unnest($7::text[]) AS c(key) ON t.%I = c.key::%s',
-                                     m.key_column, pgembed._column_type_v1(m, m.key_column))
+        CASE WHEN common THEN format(' JOIN unnest($7::text[]) AS c(key) ON %s',
+                                     pgembed._key_equal_v1(m.table_schema, m.table_name,
+                                                           m.key_column,
+                                                           format('t.%I', m.key_column), 'c.key'))
              ELSE '' END)
         -- $1-$4 as _ranking_v1 numbers them, for the filter's values at $4 (f.clause).
         USING query, lim, NULL::text, f.args, words, k, coalesce(ranking.keys, '{}');
