@@ -21,7 +21,7 @@ import pgembed
 from helpers import cli, plans
 from pgembed import db
 from pgembed.catalog import registry
-from pgembed.lifecycle import models
+from pgembed.lifecycle import models, setup
 from pgembed.sync import store, worker
 
 DATA = Path(__file__).parent.parent / "data"
@@ -39,7 +39,8 @@ TEXTS = _texts()
 
 
 def key(i: int) -> str:
-    return f"Reviewer{i}@Example.com"
+    """Keys whose case alternates: citext's order is not text's."""
+    return f"{'Rr'[i % 2]}eviewer{i}@Example.com"
 
 
 @pytest.fixture(params=["public", "ext"])
@@ -188,3 +189,17 @@ def test_the_chunk_tables_policy_compares_keys_as_their_type(
             docs.execute(f"SET LOCAL ROLE {reader}")
             seen = docs.execute("SELECT count(*) FROM pgembed_ck_chunks").fetchone()
     assert seen == total and seen is not None and seen[0] > 0
+
+
+def test_a_backfill_in_pages_queues_every_row_of_a_citext_key(
+    docs: psycopg.Connection, ext: str
+) -> None:
+    """The pages follow the key's index order (citext's: without regard to case) and start past
+    the last key by that same order: by text's `>`, a page ending at "reviewer1" skipped
+    "Reviewer2"."""
+    spec = registry.get(docs, "ck")
+    docs.execute("UPDATE docs SET embedding_ck = NULL")
+    docs.execute("DELETE FROM pgembed.queue")  # what the update queued
+    assert setup.enqueue(docs, spec, setup.Reporter(), batch=2) == len(TEXTS)
+    queued = docs.execute("SELECT count(*) FROM pgembed.queue WHERE model = 'ck'").fetchone()
+    assert queued == (len(TEXTS),)
