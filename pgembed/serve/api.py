@@ -261,7 +261,9 @@ class Api:
 
     async def open(self) -> None:
         """Open the pool, in the event loop that serves (its connections are made meanwhile)."""
-        pool = db.async_pool(self._url, POOL_SIZE, statement_timeout=self.statement_timeout)
+        pool = db.async_pool(
+            self._url, POOL_SIZE, statement_timeout=self.statement_timeout, keep=POOL_SIZE
+        )
         pool.timeout = self.acquire_timeout
         await pool.open()
         self._pool = pool
@@ -305,6 +307,10 @@ class Api:
                 ) from None
             if self._all_busy(exc):
                 pool = self._ready()
+                stats = pool.get_stats()  # in the log: what held the connections, and how long
+                log.warning(
+                    "no database connection free within %g s: %s", self.acquire_timeout, stats
+                )
                 raise ApiError(
                     503,
                     f"the server is busy: all {pool.max_size} of its database connections are "

@@ -305,9 +305,10 @@ def test_bad_requests_in_a_batch_fail_alone(shop_url: str, tmp_path: Path) -> No
                 future.result(timeout=120)
             answers = [future.result(timeout=120) for future in asked]
             failures = [future.result(timeout=120) for future in failing]
+        said = (tmp_path / "serve.log").read_text  # on a failure: what the server logged
         for status, answer in answers:
-            assert status == 200 and len(answer["hits"]) == 3, answer
+            assert status == 200 and len(answer["hits"]) == 3, (answer, said())
         for (_, status, message), (got, answer) in zip(bad, failures, strict=True):
-            assert got == status and message in answer["error"], answer
+            assert got == status and message in answer["error"], (answer, said())
         assert post_json(f"{base}/search", {"text": "after", "model": "minilm", "k": 1})[0] == 200
     assert "Traceback" not in (tmp_path / "serve.log").read_text()

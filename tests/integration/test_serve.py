@@ -264,9 +264,31 @@ def test_database_down_is_503_and_the_server_recovers(server: SearchServer, shop
     assert status == 200 and len(answer["hits"]) == 3
 
 
-def test_every_connection_in_use_is_503_busy(server: SearchServer, shop_url: str) -> None:
+def connections(url: str) -> int:
+    """The sessions of the server's pool in `url`'s database (not this one's)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = %s AND pid <> pg_backend_pid()",
+            (db.APPLICATION_NAME,),
+        ).fetchone()
+    return int(row[0]) if row else -1
+
+
+def test_the_server_keeps_all_its_connections_open(server: SearchServer, shop_url: str) -> None:
+    """Made at the start, not while a burst waits: the pool grows one connection at a time."""
+    deadline = time.monotonic() + TIMEOUT
+    while connections(shop_url) < serve_api.POOL_SIZE and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert connections(shop_url) == serve_api.POOL_SIZE
+
+
+def test_every_connection_in_use_is_503_busy(
+    server: SearchServer, shop_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """8 searches wait on a lock, holding the pool's 8 connections: a 9th gets no connection
-    within the timeout and hears that the server is busy, not that the database is down."""
+    within the timeout and hears that the server is busy, not that the database is down; the
+    log has the pool's figures."""
     body = {"text": "battery dies fast", "model": "minilm", "k": 3}
     with psycopg.connect(shop_url) as locker, ThreadPoolExecutor(8) as pool:
         locker.execute("LOCK TABLE reviews IN ACCESS EXCLUSIVE MODE")
@@ -291,6 +313,8 @@ def test_every_connection_in_use_is_503_busy(server: SearchServer, shop_url: str
         assert said["error"].startswith("the server is busy: all 8"), (path, said)
     assert '<span id="down-why">the server is busy: all 8' in home, home
     assert [s for s, _ in first] == [200] * serve_api.POOL_SIZE
+    said = [r.getMessage() for r in caplog.records if r.name == "pgembed.serve"]
+    assert any(m.startswith("no database connection free within 2 s: {") for m in said), said
 
 
 def test_a_search_past_the_statement_timeout_is_504_and_frees_its_connection(
