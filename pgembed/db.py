@@ -172,17 +172,12 @@ def pool(url: str, max_size: int = defaults.POOL_MAX_SIZE) -> ConnectionPool[psy
 
 
 def async_pool(
-    url: str,
-    max_size: int = defaults.POOL_MAX_SIZE,
-    *,
-    statement_timeout: float = 0,
-    keep: int = 1,
+    url: str, max_size: int = defaults.POOL_MAX_SIZE, *, statement_timeout: float = 0
 ) -> AsyncConnectionPool[psycopg.AsyncConnection]:
     """The same for asyncio: autocommit `psycopg.AsyncConnection`s with pgvector's types; opened
     (inside the event loop) with `await pool.open()`. A `statement_timeout` (seconds; 0: none)
-    cancels each statement that runs longer. It keeps `keep` connections open (a server all of
-    them: the pool grows one connection at a time, which a burst would wait for)."""
-    options = {**_pool_options(max_size), "min_size": keep}
+    cancels each statement that runs longer."""
+    options = _pool_options(max_size)
     configure = partial(_configure_async, timeout_ms=math.ceil(statement_timeout * 1000))
     return AsyncConnectionPool(url, configure=configure, name="pgembed-async", **options)
 

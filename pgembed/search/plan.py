@@ -7,8 +7,8 @@ themselves are in planner.py.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, LiteralString, TypeVar
 
@@ -185,7 +185,7 @@ async def _fetch_pooled_async(
     pool: AsyncConnectionPool[psycopg.AsyncConnection], step: Fetch, retry: bool = True
 ) -> list[Any]:
     with errors():
-        async with pool.connection() as borrowed:
+        async with _borrowed(pool) as borrowed:
             try:
                 return await _fetch_async(borrowed, step)
             except DatabaseError:
@@ -194,6 +194,46 @@ async def _fetch_pooled_async(
     with errors():
         await pool.check()
     return await _fetch_pooled_async(pool, step, retry=False)
+
+
+# The give-backs under way for borrowers cancelled meanwhile (a task the loop holds weakly).
+_GIVING_BACK: set[asyncio.Task[None]] = set()
+
+
+@asynccontextmanager
+async def _borrowed(
+    pool: AsyncConnectionPool[psycopg.AsyncConnection],
+) -> AsyncIterator[psycopg.AsyncConnection]:
+    """A connection of the pool, as pool.connection() lends one, except that a cancellation (of
+    a `pgembed serve` search whose client went away) never reaches psycopg_pool's taking or
+    giving back: cancelled in there, psycopg_pool 3.3 lost the connection for good (measured: 1
+    of 2 after some 200 bursts of 20 borrowers, half of them cancelled at random). Cancelled
+    while waiting, the borrower goes at once and the connection, when it comes, goes back."""
+    taking = asyncio.ensure_future(pool.getconn())
+    try:
+        conn = await asyncio.shield(taking)
+    except asyncio.CancelledError:
+        taking.add_done_callback(lambda done: _give_back(pool, done))
+        raise
+    try:
+        yield conn
+    finally:
+        giving = asyncio.ensure_future(pool.putconn(conn))
+        _GIVING_BACK.add(giving)
+        giving.add_done_callback(_GIVING_BACK.discard)
+        await asyncio.shield(giving)
+
+
+def _give_back(
+    pool: AsyncConnectionPool[psycopg.AsyncConnection],
+    taking: asyncio.Future[psycopg.AsyncConnection],
+) -> None:
+    """A connection that came for a borrower cancelled meanwhile, back to the pool."""
+    if taking.cancelled() or taking.exception() is not None:  # none came (a timeout)
+        return
+    giving = asyncio.ensure_future(pool.putconn(taking.result()))
+    _GIVING_BACK.add(giving)
+    giving.add_done_callback(_GIVING_BACK.discard)
 
 
 async def _rows_async(conn: psycopg.AsyncConnection, step: Fetch) -> list[Any]:

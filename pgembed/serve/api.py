@@ -261,9 +261,7 @@ class Api:
 
     async def open(self) -> None:
         """Open the pool, in the event loop that serves (its connections are made meanwhile)."""
-        pool = db.async_pool(
-            self._url, POOL_SIZE, statement_timeout=self.statement_timeout, keep=POOL_SIZE
-        )
+        pool = db.async_pool(self._url, POOL_SIZE, statement_timeout=self.statement_timeout)
         pool.timeout = self.acquire_timeout
         await pool.open()
         self._pool = pool

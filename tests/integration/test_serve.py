@@ -264,25 +264,6 @@ def test_database_down_is_503_and_the_server_recovers(server: SearchServer, shop
     assert status == 200 and len(answer["hits"]) == 3
 
 
-def connections(url: str) -> int:
-    """The sessions of the server's pool in `url`'s database (not this one's)."""
-    with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name = %s AND pid <> pg_backend_pid()",
-            (db.APPLICATION_NAME,),
-        ).fetchone()
-    return int(row[0]) if row else -1
-
-
-def test_the_server_keeps_all_its_connections_open(server: SearchServer, shop_url: str) -> None:
-    """Made at the start, not while a burst waits: the pool grows one connection at a time."""
-    deadline = time.monotonic() + TIMEOUT
-    while connections(shop_url) < serve_api.POOL_SIZE and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert connections(shop_url) == serve_api.POOL_SIZE
-
-
 def test_every_connection_in_use_is_503_busy(
     server: SearchServer, shop_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
