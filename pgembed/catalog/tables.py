@@ -139,7 +139,14 @@ def own_chunks(conn: psycopg.Connection, schema: str, name: str) -> bool:
 
 def key_column(info: TableInfo, requested: str | None) -> str:
     """The column that identifies a row: the one asked for, else the single-column primary key."""
-    return trusted(info, _key_column(info, requested), "key")
+    column = _key_column(info, requested)
+    if info.columns[column].endswith("[]"):  # queued as text, it was never found again
+        raise UsageError(
+            f"key column {column!r} of {info.schema}.{info.name} is an array "
+            f"({info.columns[column]}): a key must be one value (name a unique column of "
+            "one value with --key)"
+        )
+    return trusted(info, column, "key")
 
 
 def _key_column(info: TableInfo, requested: str | None) -> str:

@@ -3,6 +3,8 @@ a key that changes is queued under its new value; the capture triggers' other ou
 
 from __future__ import annotations
 
+import re
+
 import psycopg
 import pytest
 from psycopg import sql
@@ -11,6 +13,7 @@ from roles_helpers import as_role, role_maker
 import pgembed
 from helpers import cli
 from pgembed import db
+from pgembed.errors import UsageError
 from pgembed.lifecycle import models
 
 # (column type, three keys as SQL literals)
@@ -39,6 +42,20 @@ WRITER_SETTINGS = (
     "SET datestyle = 'SQL, DMY'; SET timezone = 'Asia/Kolkata'; "
     "SET extra_float_digits = 0; SET intervalstyle = 'sql_standard'"
 )
+
+
+@pytest.mark.parametrize("key_type", ["integer[]", "text[]"])
+def test_an_array_key_is_refused_by_name(db_url: str, key_type: str) -> None:
+    """A key is one value: an array key's rows were queued but never read back (0 written)."""
+    with db.connection(db_url) as conn:
+        conn.execute(f"CREATE TABLE public.docs (id {key_type} PRIMARY KEY, body text)")
+        conn.execute("INSERT INTO docs VALUES ('{1}', 'a text')")
+        with pytest.raises(
+            UsageError,
+            match=rf"key column 'id' of public.docs is an array \({re.escape(key_type)}\)",
+        ):
+            models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+        assert conn.execute("SELECT count(*) FROM pgembed.models").fetchone() == (0,)
 
 
 def vectors_missing(conn: psycopg.Connection, table: str = "docs") -> int:
