@@ -39,18 +39,24 @@ def grant(conn: psycopg.Connection) -> None:
 
 def grant_table(conn: psycopg.Connection, spec: ModelSpec) -> None:
     """The daemon role reads the key and text and writes the vector of a model's table (and
-    looks it up in its schema, when this role may grant that); with a chunk table, the daemon
-    writes it and the reader reads it."""
+    looks it up in its schema, and its key's type in that type's, when this role may grant
+    that); with a chunk table, the daemon writes it and the reader reads it."""
     if _exists(conn, DAEMON):
-        grantable = conn.execute(
-            sqlfiles.get("roles", "schema_grantable"), {"schema": spec.table_schema}
+        key = conn.execute(
+            "SELECT pgembed._key_schema_v1(%s, %s, %s)",
+            (spec.table_schema, spec.table_name, spec.key_column),
         ).fetchone()
-        if grantable == (True,):
-            conn.execute(
-                sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
-                    sql.Identifier(spec.table_schema), sql.Identifier(DAEMON)
+        key_schema = key[0] if key else None
+        for schema in dict.fromkeys(s for s in (spec.table_schema, key_schema) if s is not None):
+            grantable = conn.execute(
+                sqlfiles.get("roles", "schema_grantable"), {"schema": schema}
+            ).fetchone()
+            if grantable == (True,):
+                conn.execute(
+                    sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+                        sql.Identifier(schema), sql.Identifier(DAEMON)
+                    )
                 )
-            )
         readable = sql.SQL(", ").join(sql.Identifier(c) for c in spec.columns)
         conn.execute(
             sql.SQL("GRANT SELECT ({}), UPDATE ({}) ON {} TO {}").format(

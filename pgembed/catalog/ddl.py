@@ -112,13 +112,13 @@ def follow_row_security(conn: psycopg.Connection, spec: ModelSpec) -> None:
     conn.execute(
         sql.SQL(
             "CREATE POLICY pgembed_row_visible ON {table} USING (EXISTS ("
-            "SELECT t.{vector} FROM {source} t WHERE t.{key} {equals} {chunks}.key))"
+            "SELECT t.{vector} FROM {source} t WHERE {key} {equals} {chunk_key}))"
         ).format(
             table=table,
             vector=sql.Identifier(spec.embedding_column),
             source=naming.table(spec),
-            key=sql.Identifier(spec.key_column),
-            chunks=sql.Identifier(naming.chunk_table_name(spec)),
+            key=naming.key_at(spec, "t"),
+            chunk_key=naming.key_at(spec, naming.chunk_table_name(spec), "key"),
             equals=naming.key_equals(spec),
         )
     )

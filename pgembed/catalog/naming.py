@@ -150,6 +150,15 @@ def key_type(spec: ModelSpec) -> sql.Composable:
     return sql.SQL(spec.key_type)  # type: ignore[arg-type,unused-ignore]
 
 
+def key_at(spec: ModelSpec, alias: str, column: str | None = None) -> sql.Composable:
+    """The key column (`column`: a chunk table's `key`) of the table under `alias`, as every
+    statement compares it: cast to the key's base type, so that a domain's own `=` (anyone who
+    may CREATE in its schema could add one) is never looked up (pgembed._key_v1). A spec read
+    without _key_v1 keeps the column as it is."""
+    name = sql.SQL("{}.{}").format(sql.Identifier(alias), sql.Identifier(column or spec.key_column))
+    return sql.SQL("({})::{}").format(name, key_type(spec)) if spec.key_cast else name
+
+
 def key_equals(spec: ModelSpec) -> sql.Composable:
     """The `=` between the key column and a key_type value, schema-qualified: an extension's type
     (citext) is compared by its own, which its index answers, not text's (pgembed._key_v1)."""

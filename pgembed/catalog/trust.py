@@ -39,6 +39,7 @@ class TableTrust:
     row_security: bool  # row-level security filters what this role reads of the table
     role: str  # this role (CURRENT_USER)
     schema_usable: bool  # this role may look names up in the table's schema
+    key_schema_unusable: str | None  # the schema of the key's type, when this role may not
 
     @property
     def writes_as_owner(self) -> bool:
@@ -50,7 +51,7 @@ def inspect(conn: psycopg.Connection, spec: ModelSpec) -> TableTrust | None:
     """The table's trust facts for this role; None when the table is gone."""
     row = conn.execute(
         sqlfiles.get("catalog", "table_trust"),
-        {"schema": spec.table_schema, "name": spec.table_name},
+        {"schema": spec.table_schema, "name": spec.table_name, "key": spec.key_column},
     ).fetchone()
     return None if row is None else TableTrust(*row)
 
@@ -79,6 +80,14 @@ def problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
             f"role {found.role} may not use schema {spec.table_schema}, which holds {table}: "
             f"its keys stay queued (GRANT USAGE ON SCHEMA {schema} TO pgembed_daemon, which "
             "`model add` and `migrate` do when their role may)"
+        )
+    if found.key_schema_unusable is not None:
+        schema = sql.Identifier(found.key_schema_unusable).as_string(conn)
+        return (
+            f"role {found.role} may not use schema {found.key_schema_unusable}, which holds the "
+            f"type of {table}'s key column {spec.key_column}: its keys stay queued (GRANT USAGE "
+            f"ON SCHEMA {schema} TO pgembed_daemon, which `model add` and `migrate` do when their "
+            "role may)"
         )
     if found.row_security:
         return (

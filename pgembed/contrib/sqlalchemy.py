@@ -15,7 +15,7 @@ Needs SQLAlchemy's psycopg (3) driver: `postgresql+psycopg://...`.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 
@@ -106,7 +106,7 @@ def _search(
     while True:
         ranked = plan.execute(conn, planner.plan_for(spec, replace(request, k=asked)))
         hits = cast(list[Hit], ranked)  # never hybrid here
-        found = _instances(session, entity, key, hits, where)
+        found = _instances(session, entity, key, _key_matches(spec, key), hits, where)
         # k passed, or the helper has no more rows (fewer than asked: the table, or pgvector's
         # hnsw.max_scan_tuples for one scan, is exhausted): done.
         if len(found) >= request.k or len(hits) < asked or where is None:
@@ -114,10 +114,36 @@ def _search(
         asked *= DEEPER
 
 
+class _KeyType(sa.types.UserDefinedType[Any]):
+    """The key's type as pgembed._key_v1 names it (schema-qualified), for a cast."""
+
+    cache_ok = True
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def get_col_spec(self, **_: Any) -> str:
+        return self.name
+
+
+def _key_matches(
+    spec: ModelSpec, key: sa.Column[Any]
+) -> Callable[[sa.ColumnElement[Any]], sa.ColumnElement[bool]]:
+    """How a hit's key is matched to the key column: both sides as the key's type, by
+    its own `=` (pgembed._key_v1), which the key's index answers (a citext key compared as the
+    VALUES' varchar read the whole table); the mapping's `==` for a spec read without it."""
+    if spec.key_cast is None or spec.key_equals is None:
+        return lambda value: key == value
+    typ = _KeyType(spec.key_cast)
+    equals = sa.cast(key, typ).op(spec.key_equals, is_comparison=True)
+    return lambda value: equals(sa.cast(value, typ))
+
+
 def _instances(
     session: Session,
     entity: type[T],
     key: sa.Column[Any],
+    matches: Callable[[sa.ColumnElement[Any]], sa.ColumnElement[bool]],
     hits: list[Hit],
     where: sa.ColumnElement[bool] | None,
 ) -> list[tuple[T, float]]:
@@ -130,7 +156,7 @@ def _instances(
         [(hit.key, n) for n, hit in enumerate(hits)]
     )
     statement = _only(
-        sa.select(entity, ranked.c.n).join(ranked, key == ranked.c.key).order_by(ranked.c.n),
+        sa.select(entity, ranked.c.n).join(ranked, matches(ranked.c.key)).order_by(ranked.c.n),
         key.table,
     )
     if where is not None:

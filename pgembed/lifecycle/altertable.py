@@ -301,20 +301,24 @@ def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec, *, chunks: bool)
         conn.execute(
             sql.SQL(
                 "UPDATE {table} t SET {vector} = NULL WHERE {vector} IS NOT NULL "
-                "AND t.{key} {equals} ANY (%s::{type}[])"
+                "AND {tkey} {equals} ANY (%s::{type}[])"
             ).format(
                 table=table,
                 vector=sql.Identifier(spec.embedding_column),
                 key=key,
                 type=key_type,
+                tkey=naming.key_at(spec, "t"),
                 equals=naming.key_equals(spec),
             ),
             (changed,),
         )
         if chunks:
             conn.execute(
-                sql.SQL("DELETE FROM {} c WHERE c.key {} ANY (%s::{}[])").format(
-                    naming.chunk_table(spec), naming.key_equals(spec), key_type
+                sql.SQL("DELETE FROM {} c WHERE {} {} ANY (%s::{}[])").format(
+                    naming.chunk_table(spec),
+                    naming.key_at(spec, "c", "key"),
+                    naming.key_equals(spec),
+                    key_type,
                 ),
                 (changed,),
             )

@@ -220,7 +220,7 @@ def _enqueue_statements(spec: ModelSpec) -> tuple[sql.Composed, sql.Composed]:
     # key would otherwise match a public `>` (varchar, varchar) before text's); the key type's
     # own for an extension's type, whose index gives the order (naming.key_greater).
     after = sql.SQL("{} {} %(after)s::pg_catalog.text::{}").format(
-        key, naming.key_greater(spec), naming.key_type(spec)
+        naming.key_at(spec, spec.table_name), naming.key_greater(spec), naming.key_type(spec)
     )
     return statement(not_null), statement(after)
 

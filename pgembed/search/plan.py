@@ -206,10 +206,10 @@ async def _borrowed(
 ) -> AsyncIterator[psycopg.AsyncConnection]:
     """A connection of the pool, as pool.connection() lends one, except that a cancellation (of
     a `pgembed serve` search whose client went away) never reaches psycopg_pool's taking or
-    giving back: cancelled in there (waiting on its lock while it handed a connection to a
-    waiter), psycopg_pool 3.3 lost the connection, and that waiter's wake-up, for good (seen in
-    2 of 5 runs of 300 bursts of 20 borrowers, half of them cancelled at random). Cancelled
-    while waiting, the borrower goes at once and the connection, when it comes, goes back."""
+    giving back: psycopg_pool 3.3 takes a connection back under its lock, and a borrower
+    cancelled while waiting for that lock lost the connection for good (test_pool_cancel.py).
+    Cancelled while waiting, the borrower goes at once and the connection, when it comes, goes
+    back."""
     taking = asyncio.ensure_future(pool.getconn())
     try:
         conn = await asyncio.shield(taking)

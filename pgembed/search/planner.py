@@ -439,7 +439,7 @@ def _hits(
     statement = sql.SQL(
         "SELECT t.{key}, h.{value}, {text} "
         "FROM {call} WITH ORDINALITY AS h(key, {value}, n) "
-        "JOIN {table} t ON t.{key} {equals} h.key::{type} "
+        "JOIN {table} t ON {tkey} {equals} h.key::{type} "
         "ORDER BY h.{value} DESC, h.n"
     ).format(
         value=sql.Identifier(value),
@@ -448,6 +448,7 @@ def _hits(
         table=naming.only(spec),
         key=sql.Identifier(spec.key_column),
         type=naming.key_type(spec),
+        tkey=naming.key_at(spec, "t"),
         equals=naming.key_equals(spec),
     )
     return Fetch(statement, params, transaction=True, ef_search=ef_search)

@@ -403,9 +403,9 @@ class Api:
         statement = sql.SQL(
             "SELECT k.i, pg_catalog.jsonb_build_object({pairs}) "
             "FROM pg_catalog.unnest(%s::text[]::{type}[]) WITH ORDINALITY AS k(v, i) "
-            "JOIN {table} t ON t.{key} {equals} k.v"
+            "JOIN {table} t ON {key} {equals} k.v"
         ).format(
-            key=sql.Identifier(spec.key_column),
+            key=naming.key_at(spec, "t"),
             pairs=sql.SQL(", ").join(
                 sql.SQL("{}, t.{}").format(sql.Literal(c), sql.Identifier(c)) for c in columns
             ),

@@ -201,15 +201,23 @@ WHERE n.nspname OPERATOR(pg_catalog.=) %(schema)s AND c.relname OPERATOR(pg_cata
 -- Whose rights pgembed's daemon would lend a watched table's owner, and whether row-level
 -- security filters what this role reads of it (PostgreSQL's own answer: not the owner, or
 -- FORCE ROW LEVEL SECURITY, and neither BYPASSRLS nor SUPERUSER). See catalog/trust.py. Found
--- by name, not to_regclass: without USAGE on the table's schema (the last column) that fails,
--- as every read of the table would.
+-- by name, not to_regclass: without USAGE on the table's schema (the column before last) that
+-- fails, as every read of the table would; the last column is the schema of the key's type when
+-- this role may not use it (its keys could not be cast to it).
 SELECT r.rolname, r.rolsuper, r.rolname OPERATOR(pg_catalog.=) SESSION_USER,
        pg_catalog.pg_has_role(CURRENT_USER, c.relowner, 'SET'),
        pg_catalog.has_database_privilege(c.relowner, pg_catalog.current_database(), 'TEMP'),
        pg_catalog.has_database_privilege(CURRENT_USER, pg_catalog.current_database(), 'TEMP'),
        pg_catalog.row_security_active(c.oid), CURRENT_USER::pg_catalog.text,
-       pg_catalog.has_schema_privilege(n.oid, 'USAGE')
+       pg_catalog.has_schema_privilege(n.oid, 'USAGE'), k.schema
 FROM pg_catalog.pg_class c
+-- The key type's schema, when this role may not use it.
+LEFT JOIN LATERAL (
+    SELECT s.nspname AS schema FROM pg_catalog.pg_namespace s
+    WHERE s.nspname OPERATOR(pg_catalog.=) pgembed._key_schema_v1(
+              %(schema)s::pg_catalog.text, %(name)s::pg_catalog.text, %(key)s::pg_catalog.text)
+      AND NOT pg_catalog.has_schema_privilege(s.oid, 'USAGE')
+) k ON true
 JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
 JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) c.relowner
 WHERE n.nspname OPERATOR(pg_catalog.=) %(schema)s::pg_catalog.name

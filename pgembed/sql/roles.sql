@@ -31,9 +31,9 @@ WHERE a.attrelid OPERATOR(pg_catalog.=)
 ORDER BY a.attname;
 
 -- name: schema_grantable
--- Whether the daemon role lacks USAGE on a watched table's schema and this role may grant it
--- (the schema's owner, a superuser, or a holder WITH GRANT OPTION); a grant without that right
--- would fail or grant nothing.
+-- Whether the daemon role lacks USAGE on a schema (a watched table's, or its key type's) and
+-- this role may grant it (the schema's owner, a superuser, or a holder WITH GRANT OPTION); a
+-- grant without that right would fail or grant nothing.
 SELECT NOT pg_catalog.has_schema_privilege('pgembed_daemon', n.oid, 'USAGE')
        AND pg_catalog.has_schema_privilege(n.oid, 'USAGE WITH GRANT OPTION')
 FROM pg_catalog.pg_namespace n

@@ -80,7 +80,7 @@ def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list
     text = naming.text_expression(spec, "t")
     query = sql.SQL(
         "SELECT t.{key}::text, {first_word}, pg_catalog.md5({text}) "
-        "FROM {table} t WHERE t.{key} {equals} ANY(%s::{type}[]) "
+        "FROM {table} t WHERE {tkey} {equals} ANY(%s::{type}[]) "
         "AND pgembed._has_text_v1(({text})::pg_catalog.text)"
     ).format(
         key=sql.Identifier(spec.key_column),
@@ -88,6 +88,7 @@ def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list
         first_word=texts.first_word_sql(text),
         table=naming.table(spec),
         type=naming.key_type(spec),
+        tkey=naming.key_at(spec, "t"),
         equals=naming.key_equals(spec),
     )
     with conn.transaction():
@@ -134,7 +135,7 @@ def write(
         "UPDATE {table} t SET {column} = v.embedding "
         "FROM ROWS FROM (pg_catalog.unnest(%s::text[]), pg_catalog.unnest(%s::text[]), "
         "pg_catalog.unnest(%b)) AS v(key, text_md5, embedding) "
-        "WHERE t.{key} {equals} v.key::{type} "
+        "WHERE {tkey} {equals} v.key::{type} "
         "AND pg_catalog.md5({text}) OPERATOR(pg_catalog.=) v.text_md5 "
         "RETURNING v.key"
     ).format(
@@ -143,6 +144,7 @@ def write(
         key=sql.Identifier(spec.key_column),
         text=naming.text_expression(spec, "t"),
         type=naming.key_type(spec),
+        tkey=naming.key_at(spec, "t"),
         equals=naming.key_equals(spec),
     )
     params = (
@@ -184,13 +186,14 @@ def lock(
         "FROM {table} t "
         "JOIN ROWS FROM (pg_catalog.unnest(%s::pg_catalog.text[]), "
         "pg_catalog.unnest(%s::pg_catalog.text[])) AS v(key, text_md5) "
-        "ON t.{key} {equals} v.key::{type} "
+        "ON {tkey} {equals} v.key::{type} "
         "ORDER BY v.key FOR NO KEY UPDATE OF t SKIP LOCKED"
     ).format(
         table=naming.table(spec),
         key=sql.Identifier(spec.key_column),
         text=naming.text_expression(spec, "t"),
         type=naming.key_type(spec),
+        tkey=naming.key_at(spec, "t"),
         equals=naming.key_equals(spec),
     )
     params = ([keys[i] for i in order], [text_md5s[i] for i in order])
@@ -208,11 +211,12 @@ def _still_there(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str])
     query = sql.SQL(
         "SELECT v.key FROM pg_catalog.unnest(%s::pg_catalog.text[]) AS v(key) "
         "WHERE EXISTS (SELECT FROM {table} t "
-        "WHERE t.{key} {equals} v.key::{type})"
+        "WHERE {tkey} {equals} v.key::{type})"
     ).format(
         table=naming.table(spec),
         key=sql.Identifier(spec.key_column),
         type=naming.key_type(spec),
+        tkey=naming.key_at(spec, "t"),
         equals=naming.key_equals(spec),
     )
     return {key for (key,) in conn.execute(query, (list(keys),))}
@@ -246,7 +250,7 @@ BEGIN
         UPDATE {table} t SET {column} = v.embedding
         FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(text_md5s),
                         pg_catalog.unnest(embeddings)) AS v(key, text_md5, embedding)
-        WHERE t.{key} {equals} v.key::{type}
+        WHERE {tkey} {equals} v.key::{type}
           AND pg_catalog.md5({text}) OPERATOR(pg_catalog.=) v.text_md5
         RETURNING 1)
     SELECT pg_catalog.count(*) INTO written FROM w;
@@ -321,6 +325,7 @@ def write_as_owner(
         key=sql.Identifier(spec.key_column),
         text=naming.text_expression(spec, "t"),
         type=naming.key_type(spec),
+        tkey=naming.key_at(spec, "t"),
         equals=naming.key_equals(spec),
         table_name=sql.Literal(spec.qualified_table),
     )
@@ -383,8 +388,8 @@ def write_chunks(
         return
     table, key_type = naming.chunk_table(spec), naming.key_type(spec)
     conn.execute(
-        sql.SQL("DELETE FROM {} c WHERE c.key {} ANY(%s::{}[])").format(
-            table, naming.key_equals(spec), key_type
+        sql.SQL("DELETE FROM {} c WHERE {} {} ANY(%s::{}[])").format(
+            table, naming.key_at(spec, "c", "key"), naming.key_equals(spec), key_type
         ),
         (sorted(written),),
     )

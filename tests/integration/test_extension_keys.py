@@ -203,3 +203,35 @@ def test_a_backfill_in_pages_queues_every_row_of_a_citext_key(
     assert setup.enqueue(docs, spec, setup.Reporter(), batch=2) == len(TEXTS)
     queued = docs.execute("SELECT count(*) FROM pgembed.queue WHERE model = 'ck'").fetchone()
     assert queued == (len(TEXTS),)
+
+
+def test_a_domain_keys_comparison_is_never_looked_up_by_the_domain(db_url: str) -> None:
+    """A key of a domain over citext is cast to citext on both sides: `OPERATOR(ext.=)` between
+    the domain and citext found an `=` (mail, citext) that a role who may CREATE in ext added
+    before citext's own, and ran it as the daemon, the searching role."""
+    with db.connection(db_url) as conn, role_maker(db_url) as make:
+        conn.execute("CREATE SCHEMA ext")
+        conn.execute("CREATE EXTENSION citext SCHEMA ext")
+        conn.execute("CREATE DOMAIN mail AS ext.citext CHECK (VALUE LIKE '%@%')")
+        conn.execute("CREATE TABLE mails (id mail PRIMARY KEY, body text)")
+        conn.execute("INSERT INTO mails VALUES ('A@x', 'one review'), ('b@X', 'two reviews')")
+        models.add(conn, models.AddRequest("mailm", "mails", "body", precision="fp32"))
+        worker.Worker(db_url, worker.Options(once=True)).run()
+        other = make("other")
+        conn.execute(f"GRANT USAGE, CREATE ON SCHEMA ext TO {other}")
+        conn.execute(f"SET ROLE {other}")
+        conn.execute(
+            "CREATE FUNCTION ext.f(mail, ext.citext) RETURNS boolean LANGUAGE plpgsql AS "
+            "$$BEGIN RAISE NOTICE 'ran as %', current_user; RETURN $1::text = $2::text; END$$"
+        )
+        conn.execute(
+            "CREATE OPERATOR ext.= (FUNCTION = ext.f, LEFTARG = mail, RIGHTARG = ext.citext)"
+        )
+        conn.execute("RESET ROLE")
+        said: list[str] = []
+        conn.add_notice_handler(lambda diag: said.append(str(diag.message_primary)))
+        spec = registry.get(conn, "mailm")
+        assert [r.key for r in store.read(conn, spec, ["a@X"])] == ["A@x"]  # the daemon's read
+        similar = conn.execute("SELECT key FROM pgembed.similar('mailm', 'A@X', 5)").fetchall()
+        assert similar == [("b@X",)]
+        assert said == []

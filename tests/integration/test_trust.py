@@ -438,3 +438,39 @@ def test_a_table_in_a_schema_the_daemon_may_not_use_is_skipped_and_said(
     with db.connection(db_url) as conn:
         migrate.migrate(conn)
     assert worker.Worker(daemon_url, worker.Options(once=True)).run().written == 3
+
+
+def test_a_key_type_in_a_schema_the_daemon_may_not_use_is_skipped_and_said(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """A key of an extension's type installed in a schema of its own (citext in ext): keys are
+    cast to that type, named there. `model add` and `migrate` grant pgembed_daemon USAGE on it
+    when their role may; without it the daemon skips that model with one line and syncs the
+    others. Before, one such model made every read of the catalog by that role fail."""
+    with db.connection(db_url) as conn:
+        roles.create(conn)
+        daemon = make_role("daemon", f"IN ROLE {roles.DAEMON}")
+        conn.execute("CREATE SCHEMA ext")
+        conn.execute("CREATE EXTENSION citext SCHEMA ext")
+        conn.execute("CREATE TABLE plain (id integer PRIMARY KEY, body text)")
+        conn.execute("CREATE TABLE mails (email ext.citext PRIMARY KEY, body text)")
+        conn.execute("INSERT INTO plain VALUES (1, 'a review'), (2, 'another review')")
+        conn.execute("INSERT INTO mails VALUES ('A@x', 'one review'), ('b@X', 'two reviews')")
+        for name, table in (("plainm", "plain"), ("mailm", "mails")):
+            models.add(conn, models.AddRequest(name, table, "body", precision="fp32"))
+        usable = "SELECT has_schema_privilege('pgembed_daemon', 'ext', 'USAGE')"
+        assert conn.execute(usable).fetchone() == (True,)  # model add's grant
+        conn.execute("REVOKE USAGE ON SCHEMA ext FROM pgembed_daemon")
+    daemon_url = as_role(db_url, daemon)
+    assert worker.Worker(daemon_url, worker.Options(once=True)).run().written == 2  # plain's
+    report = {m["name"]: m for m in pgembed.status(database_url=daemon_url)}
+    assert report["plainm"]["broken"] is None
+    assert report["mailm"]["queued"] == 2
+    assert report["mailm"]["broken"] == (
+        f"role {daemon} may not use schema ext, which holds the type of public.mails's key "
+        'column email: its keys stay queued (GRANT USAGE ON SCHEMA "ext" TO pgembed_daemon, '
+        "which `model add` and `migrate` do when their role may)"
+    )
+    with db.connection(db_url) as conn:
+        migrate.migrate(conn)
+    assert worker.Worker(daemon_url, worker.Options(once=True)).run().written == 2

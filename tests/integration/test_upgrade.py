@@ -86,11 +86,16 @@ def database_0012(empty_db_url: str, tmp_path: Path) -> str:
         assert conn.execute("SELECT to_regclass('pgembed.definitions')").fetchone() == (None,)
         conn.execute(sqlfiles.get("roles", "create"))
         conn.execute(_GRANTS_0012.encode())
-        # Release 0012 compared keys by the catalog's key_type: this pgembed does so when
-        # pgembed._key_v1 (a definition since) tells nothing. The upgrade replaces this stand-in.
+        # Release 0012 compared keys by the catalog's key_type in pg_catalog's schema: this
+        # pgembed does so when pgembed._key_v1 and _key_schema_v1 (definitions since) tell
+        # nothing. The upgrade replaces these stand-ins.
         conn.execute(
             "CREATE FUNCTION pgembed._key_v1(text, text, text, OUT cast_to text, "
             "OUT equals text, OUT greater text) LANGUAGE sql AS 'SELECT NULL, NULL, NULL'"
+        )
+        conn.execute(
+            "CREATE FUNCTION pgembed._key_schema_v1(text, text, text) RETURNS name "
+            "LANGUAGE sql AS 'SELECT NULL::name'"
         )
         conn.execute("CREATE TABLE reviews (id integer PRIMARY KEY, body text NOT NULL)")
         reviews = _long_reviews(12)

@@ -214,47 +214,87 @@ BEGIN
 END
 $fn$;
 
+-- A model's key column's base type (through its domains, by OID: a type's name would need
+-- USAGE on its schema); NULL when the column is gone. Found by name, not to_regclass(): a role
+-- without USAGE on the table's schema (the daemon reading every model, trust.py) gets NULL.
+CREATE OR REPLACE FUNCTION pgembed._key_base_v1(
+    table_schema text, table_name text, key_column text
+) RETURNS regtype
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    WITH RECURSIVE d(id) AS (
+        SELECT a.atttypid FROM pg_class c
+        JOIN pg_namespace s ON s.oid = c.relnamespace
+        JOIN pg_attribute a ON a.attrelid = c.oid
+        WHERE s.nspname = table_schema AND c.relname = table_name
+          AND a.attname = key_column AND a.attnum > 0 AND NOT a.attisdropped
+        UNION ALL
+        SELECT t.typbasetype FROM pg_type t JOIN d ON t.oid = d.id WHERE t.typtype = 'd'
+    )
+    SELECT t.oid::regtype FROM d JOIN pg_type t ON t.oid = d.id AND t.typtype <> 'd'
+$fn$;
+
+-- The schema of that type, unless pg_catalog: the daemon casts keys to the type and compares
+-- them by its operators (_key_v1), which needs USAGE on it (roles.py grants it where it may,
+-- trust.py says when it is missing).
+CREATE OR REPLACE FUNCTION pgembed._key_schema_v1(
+    table_schema text, table_name text, key_column text
+) RETURNS name
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT n.nspname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+    WHERE t.oid = pgembed._key_base_v1(table_schema, table_name, key_column)
+      AND n.nspname <> 'pg_catalog'
+$fn$;
+
 -- How a statement compares a model's key column (table_schema.table_name.key_column) so that
 -- the key's index answers it: the type a key's text is cast to and the `=` and `>` that compare
--- the column with such a value, all schema-qualified. The type is the column's base type (a
--- domain's checks are not run on keys read from its own rows; `bit` and `bpchar` without a
--- length take any). A key of an extension's type (citext) is compared by its default B-tree
--- operator class's operators (_operator_v1): pg_catalog's `=` would reach it through the cast to
--- text and scan the table. NULLs when the column is gone. pgembed's Python reads this with each
--- model (catalog/registry.py), the search functions where they compare keys.
+-- two such values, all schema-qualified. The type is the column's base type (a domain's checks
+-- are not run on keys read from its own rows; `bit` and `bpchar` without a length take any),
+-- and both sides are cast to it (_key_equal_v1), so a domain's own `=`, which anyone who may
+-- CREATE in that schema could add, is never the one found. A key of an extension's type
+-- (citext) is compared by its default B-tree operator class's operators (_operator_v1):
+-- pg_catalog's `=` would reach it through the cast to text and scan the table. The type is
+-- followed by OID, never by name (a name needs USAGE on its schema: one model's key type would
+-- fail every read of the catalog by a role without it), and the function never fails: NULLs
+-- when the column is gone, pg_catalog's operators for a type without a default B-tree class.
+-- pgembed's Python reads this with each model (catalog/registry.py), the search functions and
+-- capture triggers where they compare keys.
 CREATE OR REPLACE FUNCTION pgembed._key_v1(
     table_schema text, table_name text, key_column text,
     OUT cast_to text, OUT equals text, OUT greater text
 )
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT format('%I.%I', n.nspname, t.typname),
-           CASE WHEN pgembed._foreign_type_v1(b.base)
-                THEN pgembed._operator_v1(key_column, b.base, '=')
-                ELSE 'OPERATOR(pg_catalog.=)' END,
-           CASE WHEN pgembed._foreign_type_v1(b.base)
-                THEN pgembed._operator_v1(key_column, b.base, '>')
-                ELSE 'OPERATOR(pg_catalog.>)' END
-    FROM pg_class c
-    JOIN pg_namespace s ON s.oid = c.relnamespace
-    JOIN pg_attribute a ON a.attrelid = c.oid
-    CROSS JOIN LATERAL pgembed._base_type_v1(a.atttypid::regtype::text) AS b(base)
-    JOIN pg_type t ON t.oid = b.base
-    JOIN pg_namespace n ON n.oid = t.typnamespace
-    -- By name, not to_regclass(): a role without USAGE on the table's schema (the daemon's
-    -- reading every model, trust.py) gets NULLs, not an error.
-    WHERE s.nspname = table_schema AND c.relname = table_name
-      AND a.attname = key_column AND a.attnum > 0 AND NOT a.attisdropped
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    base regtype := pgembed._key_base_v1(table_schema, table_name, key_column);
+BEGIN
+    IF base IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT format('%I.%I', n.nspname, t.typname) INTO cast_to
+    FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE t.oid = base;
+    equals := 'OPERATOR(pg_catalog.=)';
+    greater := 'OPERATOR(pg_catalog.>)';
+    IF pgembed._foreign_type_v1(base) THEN
+        BEGIN
+            equals := pgembed._operator_v1(key_column, base, '=');
+            greater := pgembed._operator_v1(key_column, base, '>');
+        EXCEPTION WHEN invalid_parameter_value THEN  -- no default B-tree class: as before
+            equals := 'OPERATOR(pg_catalog.=)';
+            greater := 'OPERATOR(pg_catalog.>)';
+        END;
+    END IF;
+END
 $fn$;
 
 -- `lhs = rhs` for a model's key as _key_v1 compares it: lhs the key column (an SQL expression),
--- rhs a key's text or value, cast to the key's type. A column that is gone keeps pg_catalog's
--- `=` and text, so the statement then fails by naming it.
+-- rhs a key's text or value, both cast to the key's base type. A column that is gone keeps
+-- pg_catalog's `=` and text, so the statement then fails by naming it.
 CREATE OR REPLACE FUNCTION pgembed._key_equal_v1(
     table_schema text, table_name text, key_column text, lhs text, rhs text
 ) RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT format('%s %s (%s)::%s', lhs, coalesce(k.equals, 'OPERATOR(pg_catalog.=)'), rhs,
-                  coalesce(k.cast_to, 'pg_catalog.text'))
+    SELECT CASE WHEN k.cast_to IS NULL
+                THEN format('%s OPERATOR(pg_catalog.=) (%s)::pg_catalog.text', lhs, rhs)
+                ELSE format('(%s)::%s %s (%s)::%s', lhs, k.cast_to, k.equals, rhs, k.cast_to) END
     FROM pgembed._key_v1(table_schema, table_name, key_column) k
 $fn$;
 
