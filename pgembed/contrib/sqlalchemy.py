@@ -212,7 +212,8 @@ def _require_vector(session: Session, entity: type[Any], spec: ModelSpec, key: A
     """Say which of the row or its vector is missing, naming the key as the caller gave it."""
     column = _column(entity, spec, spec.embedding_column)
     key_column = _column(entity, spec, spec.key_column)
-    found = session.execute(_only(sa.select(column).where(key_column == key), column.table)).first()
+    matches = _key_matches(spec, key_column)(sa.literal(key))  # the key type's =, as a search
+    found = session.execute(_only(sa.select(column).where(matches), column.table)).first()
     if found is None:
         raise NotFoundError(f"{spec.qualified_table} has no row with {spec.key_column} = {key!r}")
     if found[0] is None:

@@ -137,7 +137,8 @@ def count_keys(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -
     """How many of `keys` are rows of the model's table."""
     row = conn.execute(
         sql.SQL(
-            "SELECT pg_catalog.count(*) FROM {table} WHERE {key}::pg_catalog.text = ANY(%s)"
+            "SELECT pg_catalog.count(*) FROM {table} "
+            "WHERE {key}::pg_catalog.text OPERATOR(pg_catalog.=) ANY(%s)"
         ).format(table=naming.only(spec), key=sql.Identifier(spec.key_column)),
         (list(keys),),
     ).fetchone()

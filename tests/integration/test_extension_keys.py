@@ -15,12 +15,17 @@ from pathlib import Path
 import numpy as np
 import psycopg
 import pytest
+import sqlalchemy as sa
+from pgvector.sqlalchemy import Vector
 from roles_helpers import role_maker
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import pgembed
 from helpers import cli, plans
 from pgembed import db
 from pgembed.catalog import registry
+from pgembed.contrib import sqlalchemy as orm
+from pgembed.errors import NotFoundError
 from pgembed.lifecycle import models, setup
 from pgembed.sync import store, worker
 
@@ -235,3 +240,37 @@ def test_a_domain_keys_comparison_is_never_looked_up_by_the_domain(db_url: str) 
         similar = conn.execute("SELECT key FROM pgembed.similar('mailm', 'A@X', 5)").fetchall()
         assert similar == [("b@X",)]
         assert said == []
+
+
+def test_the_sqlalchemy_helpers_match_a_citext_key_as_citext(
+    docs: psycopg.Connection, db_url: str, ext: str
+) -> None:
+    """Hits are matched to their rows by the key type's `=` (before: as the VALUES' varchar,
+    by a hash join over the whole table), and a key given in another case names its row."""
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Doc(Base):
+        __tablename__ = "docs"
+        email: Mapped[str] = mapped_column(sa.Text, primary_key=True)
+        body: Mapped[str | None]
+        embedding_ck = mapped_column(Vector(384))
+
+    engine = sa.create_engine(db_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    statements: list[str] = []
+    sa.event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    try:
+        with Session(engine) as session:
+            found = orm.nearest(session, Doc, "ck", TEXTS[3][:200], k=5)
+            assert key(3) in [doc.email for doc, _ in found]
+            similar = orm.similar_to(session, Doc, "ck", key(3).upper(), k=5)
+            assert len(similar) == 5 and key(3) not in [doc.email for doc, _ in similar]
+        joins = [s for s in statements if "pgembed_hits" in s]
+        assert joins and all(f"OPERATOR({ext}.=)" in s for s in joins), joins
+        # A row without a vector yet, named in another case: said so, not "no row".
+        docs.execute("UPDATE docs SET body = 'Short.' WHERE email::text = %s", (key(9),))
+        with Session(engine) as session, pytest.raises(NotFoundError, match="no ck vector yet"):
+            orm.similar_to(session, Doc, "ck", key(9).upper(), k=5)
+    finally:
+        engine.dispose()

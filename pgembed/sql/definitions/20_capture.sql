@@ -202,9 +202,9 @@ BEGIN
        OR chunks IS NOT NULL THEN
         NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[3], NULL));
         IF chunks IS NOT NULL THEN
-            -- By the key type's `=` (_key_v1), which the chunk table's index answers; a
-            -- built-in type's (an OID below 16384, made by initdb) is pg_catalog's, here
-            -- without _key_v1's catalog reads for every row updated.
+            -- By the key type's `=` (_key_v1), which the chunk table's index answers. A type
+            -- made by initdb (an OID below 16384) is compared by the `=` this function's
+            -- search_path finds, pg_catalog's, without _key_v1's catalog reads for every row.
             EXECUTE format('DELETE FROM %s c WHERE %s', chunks,
                            CASE WHEN key_type < 16384
                                 THEN format('c.key = ($1).%I', TG_ARGV[1])
