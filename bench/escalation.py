@@ -1,0 +1,165 @@
+"""Per-query effort on the 1M table: one narrow HNSW walk, and a second, wide one only for the
+queries whose nearest hit is far (cosine distance at or past a cutoff).
+
+`python -m bench.escalation --database-url URL --corpus reviews.csv.gz --scale-cache DIR`, after
+`python -m bench --only searchscale` built `scale_1m` on that server (same URL and cache). Not
+part of `make bench`, and not in pgembed: a measurement of a design (BENCHMARKS.md, "Search at
+scale", "One effort for every query").
+
+Raw SQL walks (strict order, no filter) of every query at each ef_search in `--efforts`, timed
+on a warm index (the second of two passes). Two sets of queries, neither rows of the table:
+the benchmark's own 50 (the first 200 characters of each held-out review) and, to choose the
+cutoff on, up to 4 other 200-character runs of each held-out review (from a sentence start past
+the first 200 characters). For each (first, second) pair of efforts the cutoff is the one with
+the lowest median latency whose recall@10 on the choosing queries reaches 0.955; its recall and
+latency are then read on the benchmark's queries, which had no say in it. A query's latency is
+its first walk's time, plus its second walk's when it escalates (the two measured apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import psycopg
+from pgvector import Vector
+from pgvector.psycopg import register_vector
+
+from bench import searchscale
+from bench.env import file_corpus
+from pgembed import defaults
+from pgembed.encode import embedder
+
+TABLE, TARGET = "scale_1m", 0.955
+WALK = (
+    "SELECT id, embedding_scale_1m OPERATOR(public.<=>) %s FROM scale_1m "
+    "ORDER BY embedding_scale_1m OPERATOR(public.<=>) %s LIMIT 10"
+)
+
+
+def choosing_texts(held_out: list[str]) -> list[str]:
+    """Up to 4 runs of 200 characters from each held-out review, past the benchmark's query,
+    each from a sentence start, at least 200 characters apart."""
+    texts = []
+    for review in held_out:
+        starts = [m.end() for m in re.finditer(r"[.!?]\s+", review) if m.end() > 200]
+        last, picked = -200, 0
+        for start in starts:
+            if start - last >= 200 and len(review) - start >= 150 and picked < 4:
+                texts.append(review[start : start + 200])
+                last, picked = start, picked + 1
+    return texts
+
+
+@dataclass
+class Walks:
+    """Per query: recall@10 and nearest distance at each effort, and the walk's ms."""
+
+    recall: dict[int, np.ndarray]
+    nearest: dict[int, np.ndarray]
+    ms: dict[int, np.ndarray]
+
+
+def walk_all(conn: psycopg.Connection, queries: np.ndarray, efforts: list[int]) -> Walks:
+    qs = [Vector(q) for q in queries]
+    with conn.transaction():
+        conn.execute("SET LOCAL enable_indexscan = off")  # exact: a scan of every row
+        truth = [{r[0] for r in conn.execute(WALK, (q, q), prepare=False)} for q in qs]
+    walks = Walks({}, {}, {})
+    for rep in range(2):  # the first pass warms the index pages each effort reads
+        for ef in efforts:
+            conn.execute(f"SET hnsw.ef_search = {int(ef)}")
+            found, ms = [], []
+            for q in qs:
+                started = time.perf_counter()
+                found.append(conn.execute(WALK, (q, q)).fetchall())
+                ms.append((time.perf_counter() - started) * 1000)
+            walks.ms[ef] = np.array(ms)
+            if rep == 0:
+                pairs = zip(found, truth, strict=True)
+                walks.recall[ef] = np.array([len({r[0] for r in f} & t) / 10 for f, t in pairs])
+                walks.nearest[ef] = np.array([rows[0][1] for rows in found])
+    conn.execute("RESET hnsw.ef_search")
+    return walks
+
+
+@dataclass
+class Policy:
+    first: int
+    second: int
+    cutoff: float
+
+
+def outcome(walks: Walks, policy: Policy) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per query: escalated?, recall, ms."""
+    up = walks.nearest[policy.first] >= policy.cutoff
+    recall = np.where(up, walks.recall[policy.second], walks.recall[policy.first])
+    ms = walks.ms[policy.first] + np.where(up, walks.ms[policy.second], 0.0)
+    return up, recall, ms
+
+
+def choose(walks: Walks, first: int, second: int) -> Policy | None:
+    """The cutoff with the lowest median latency whose mean recall reaches TARGET."""
+    best: tuple[float, Policy] | None = None
+    for cutoff in np.unique(walks.nearest[first]):
+        policy = Policy(first, second, float(cutoff))
+        _, recall, ms = outcome(walks, policy)
+        if recall.mean() >= TARGET and (best is None or np.median(ms) < best[0]):
+            best = (float(np.median(ms)), policy)
+    return None if best is None else best[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database-url", required=True, help="the searchscale server")
+    parser.add_argument("--corpus", type=Path, required=True)
+    parser.add_argument("--scale-cache", type=Path, required=True)
+    parser.add_argument("--efforts", default="40,80,120,160,200,240,320,541,1000")
+    args = parser.parse_args()
+    efforts = [int(e) for e in args.efforts.split(",")]
+    _, bench_queries, precision = searchscale.vectors(args.corpus, args.scale_cache)
+    held_out = file_corpus(args.corpus, 10**9)[-searchscale.QUERIES :]
+    encoder = embedder.get(embedder.Settings(model_ref=defaults.MODEL, precision=precision))
+    choosing = encoder.encode_queries(choosing_texts(held_out))
+    url = searchscale.database_url(args.database_url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        register_vector(conn)
+        for q in bench_queries[:10]:  # warm up
+            conn.execute(WALK, (Vector(q), Vector(q))).fetchall()
+        on_bench = walk_all(conn, bench_queries, efforts)
+        on_choosing = walk_all(conn, choosing, efforts)
+    print(f"{len(bench_queries)} benchmark queries, {len(choosing)} to choose the cutoff on\n")
+    print("| ef_search | recall@10 | p50 / p95 / mean ms | queries finding ≤ 8 of 10 |")
+    print("| --- | --- | --- | --- |")
+    for ef in efforts:
+        ms = on_bench.ms[ef]
+        print(
+            f"| {ef} | {on_bench.recall[ef].mean():.3f} | {np.median(ms):.1f} / "
+            f"{np.percentile(ms, 95):.1f} / {ms.mean():.1f} | "
+            f"{int((on_bench.recall[ef] <= 0.8).sum())} |"
+        )
+    print(
+        "\n| first / second ef_search | cutoff (cosine distance) | chosen on: recall, p50 ms |"
+        " benchmark queries: recall@10 | p50 / p95 / mean ms | escalated |"
+    )
+    print("| --- | --- | --- | --- | --- | --- |")
+    for first in efforts:
+        for second in (e for e in efforts if e > first and e >= 541):
+            policy = choose(on_choosing, first, second)
+            if policy is None:
+                continue
+            _, c_recall, c_ms = outcome(on_choosing, policy)
+            up, recall, ms = outcome(on_bench, policy)
+            print(
+                f"| {first} / {second} | {policy.cutoff:.3f} | {c_recall.mean():.3f}, "
+                f"{np.median(c_ms):.1f} | {recall.mean():.3f} | {np.median(ms):.1f} / "
+                f"{np.percentile(ms, 95):.1f} / {ms.mean():.1f} | {up.mean():.0%} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
