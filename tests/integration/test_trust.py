@@ -420,7 +420,7 @@ def test_a_table_in_a_schema_the_daemon_may_not_use_is_skipped_and_said(
             )
             name = f"m_{schema}"
             models.add(conn, models.AddRequest(name, f"{schema}.docs", "body", precision="fp32"))
-    _skipped_until_migrate(db_url, daemon, "kept", "kept.docs", synced="m_public", skipped="m_kept")
+    _skipped_until_migrate(db_url, daemon, "kept", "kept.docs", ("m_public", "m_kept"), rows=3)
 
 
 def test_a_key_type_in_a_schema_the_daemon_may_not_use_is_skipped_and_said(
@@ -442,16 +442,17 @@ def test_a_key_type_in_a_schema_the_daemon_may_not_use_is_skipped_and_said(
         for name, table in (("plainm", "plain"), ("mailm", "mails")):
             models.add(conn, models.AddRequest(name, table, "body", precision="fp32"))
     holds = "the type of public.mails's key column email"
-    _skipped_until_migrate(db_url, daemon, "ext", holds, synced="plainm", skipped="mailm")
+    _skipped_until_migrate(db_url, daemon, "ext", holds, ("plainm", "mailm"), rows=2)
 
 
 def _skipped_until_migrate(
-    db_url: str, daemon: str, schema: str, holds: str, *, synced: str, skipped: str
+    db_url: str, daemon: str, schema: str, holds: str, pair: tuple[str, str], *, rows: int
 ) -> None:
-    """`model add` granted pgembed_daemon USAGE on `schema`, which `holds` the skipped model's
-    table or key type; without it (as when its role could not grant it) the daemon writes
-    `synced`'s rows and skips `skipped`, its keys queued and status saying why; after `migrate`
-    grants it again, the daemon writes the skipped model's rows too."""
+    """`model add` granted pgembed_daemon USAGE on `schema`, which `holds` the second model's
+    table or key type, and queued each model's `rows` rows; without the grant (as when its role
+    could not give it) the daemon writes the first model's rows and skips the second, its keys
+    queued and status saying why; after `migrate` grants it again, the daemon writes those too."""
+    synced, skipped = pair
     with db.connection(db_url) as conn:
         usable = "SELECT has_schema_privilege('pgembed_daemon', %s, 'USAGE')"
         assert conn.execute(usable, (schema,)).fetchone() == (True,)
@@ -460,12 +461,12 @@ def _skipped_until_migrate(
         queued = dict(
             conn.execute("SELECT model, count(*) FROM pgembed.queue GROUP BY model").fetchall()
         )
-    assert queued[synced] > 0 and queued[skipped] > 0
+    assert queued == {synced: rows, skipped: rows}
     daemon_url = as_role(db_url, daemon)
-    assert worker.Worker(daemon_url, worker.Options(once=True)).run().written == queued[synced]
+    assert worker.Worker(daemon_url, worker.Options(once=True)).run().written == rows
     report = {m["name"]: m for m in pgembed.status(database_url=daemon_url)}
     assert report[synced]["broken"] is None
-    assert report[skipped]["queued"] == queued[skipped]
+    assert report[skipped]["queued"] == rows
     assert report[skipped]["broken"] == (
         f"role {daemon} may not use schema {schema}, which holds {holds}: its keys stay queued "
         f'(GRANT USAGE ON SCHEMA "{schema}" TO pgembed_daemon, which `model add` and `migrate` '
@@ -473,4 +474,4 @@ def _skipped_until_migrate(
     )
     with db.connection(db_url) as conn:
         migrate.migrate(conn)
-    assert worker.Worker(daemon_url, worker.Options(once=True)).run().written == queued[skipped]
+    assert worker.Worker(daemon_url, worker.Options(once=True)).run().written == rows
