@@ -6,20 +6,15 @@ lock, with a pinned search_path."""
 from __future__ import annotations
 
 import hashlib
-import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
 
 from pgembed import db, roles, sqlfiles
-from pgembed.catalog import ddl, naming, registry, tables
 from pgembed.errors import DatabaseError, SchemaError
-
-log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 DEFINITIONS_DIR = Path(__file__).parent / "sql" / "definitions"
@@ -126,44 +121,11 @@ def migrate(
             roles.create(conn)
         elif directory == MIGRATIONS_DIR:  # the grants read the current catalog
             roles.grant(conn)
-        if directory == MIGRATIONS_DIR:
-            _follow_key_types(conn)
         return pending
     except psycopg.Error as exc:
         raise DatabaseError(f"migration failed: {exc}") from None
     finally:
         conn.execute(sqlfiles.get("migrate", "unlock"), {"key": _LOCK_KEY})
-
-
-def _follow_key_types(conn: psycopg.Connection) -> None:
-    """A chunk table's row policy made before keys of an extension's type (citext) were compared
-    by that type's own `=` compared them as text, past the key's index: a scan of the watched
-    table for every chunk a reader's search checks. Made again, as `model add` makes it now, by
-    a role that owns the chunk table (another one is told, once per migrate)."""
-    for spec in registry.all_models(conn):
-        foreign = spec.key_equals not in (None, "OPERATOR(pg_catalog.=)")
-        if not spec.chunked or not foreign or tables.model_problem(conn, spec) is not None:
-            continue
-        chunks = naming.chunk_table(spec)
-        stale = conn.execute(
-            sqlfiles.get("migrate", "chunk_policy_stale"),
-            {"chunks": chunks.as_string(conn), "key_type": spec.key_cast},
-        ).fetchone()
-        if stale != (True,):
-            continue
-        try:
-            with conn.transaction():
-                # The table before its chunk table, in the order `model remove` takes them.
-                lock = sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE")
-                conn.execute(lock.format(naming.table(spec)))
-                ddl.unfollow_row_security(conn, spec)
-                ddl.follow_row_security(conn, spec)
-        except psycopg.errors.InsufficientPrivilege:
-            log.warning(
-                "model %s: its chunk table's policy compares keys as text, past the key's "
-                "index; `pgembed migrate` as the chunk table's owner makes it again",
-                spec.name,
-            )
 
 
 def _apply(conn: psycopg.Connection, schema: str, pending: list[Migration]) -> None:

@@ -79,21 +79,3 @@ DELETE FROM pgembed.definitions;
 
 -- name: record_definition
 INSERT INTO pgembed.definitions (file, sha256) VALUES (%(file)s, %(sha256)s);
-
--- name: chunk_policy_stale
--- Whether a chunk table's row policy compares keys by another `=` than the key type's own
--- (pgembed._key_v1): made before keys of an extension's type (citext) were compared as that
--- type, it compared them as text, past the key's index. Read from the operators the policy
--- depends on (pg_depend), whatever search_path would print its expression as.
-SELECT EXISTS (
-    SELECT 1 FROM pg_catalog.pg_policy p
-    WHERE p.polrelid = %(chunks)s::pg_catalog.regclass
-      AND p.polname OPERATOR(pg_catalog.=) 'pgembed_row_visible'
-      AND NOT EXISTS (
-          SELECT 1 FROM pg_catalog.pg_depend d
-          JOIN pg_catalog.pg_operator o ON o.oid OPERATOR(pg_catalog.=) d.refobjid
-          WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_policy'::pg_catalog.regclass
-            AND d.objid OPERATOR(pg_catalog.=) p.oid
-            AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_operator'::pg_catalog.regclass
-            AND o.oprleft OPERATOR(pg_catalog.=) %(key_type)s::pg_catalog.regtype
-            AND o.oprname OPERATOR(pg_catalog.=) '='));

@@ -166,33 +166,6 @@ def test_every_key_comparison_takes_the_keys_index(docs: psycopg.Connection, ext
     assert dict(left.fetchall()) == {key(6): 1}
 
 
-def old_policy(conn: psycopg.Connection) -> None:
-    """The chunk table's policy as pgembed made it before keys were compared as their type
-    (migrations 0015, 0017): by pg_catalog's `=`, which reaches citext through text."""
-    conn.execute("DROP POLICY pgembed_row_visible ON pgembed_ck_chunks")
-    conn.execute(
-        "CREATE POLICY pgembed_row_visible ON pgembed_ck_chunks USING (EXISTS (SELECT "
-        "t.embedding_ck FROM docs t WHERE t.email OPERATOR(pg_catalog.=) pgembed_ck_chunks.key))"
-    )
-
-
-def test_migrate_makes_an_old_chunk_policy_compare_keys_as_their_type(
-    docs: psycopg.Connection, db_url: str
-) -> None:
-    """`pgembed migrate` makes such an old policy again, as `model add` makes it now (its probe
-    read the whole watched table for every chunk a reader's search checked), and leaves a
-    current one alone."""
-    policy = "SELECT qual FROM pg_policies WHERE tablename = 'pgembed_ck_chunks'"
-    made = "SELECT oid FROM pg_policy WHERE polname = 'pgembed_row_visible'"
-    row, current = docs.execute(policy).fetchone(), docs.execute(made).fetchone()
-    assert cli("--database-url", db_url, "migrate").exit_code == 0
-    assert docs.execute(made).fetchone() == current  # not made again
-    old_policy(docs)
-    assert "::text" in docs.execute(policy).fetchone()[0]  # type: ignore[index]
-    assert cli("--database-url", db_url, "migrate").exit_code == 0
-    assert docs.execute(policy).fetchone() == row
-
-
 def test_the_chunk_tables_policy_compares_keys_as_their_type(
     docs: psycopg.Connection, db_url: str, ext: str
 ) -> None:
@@ -204,7 +177,11 @@ def test_the_chunk_tables_policy_compares_keys_as_their_type(
     assert row is not None
     assert "email" in row[0] and "::text" not in row[0], row[0]
     # A chunk table made before has its policy made again by alter-table.
-    old_policy(docs)
+    docs.execute("DROP POLICY pgembed_row_visible ON pgembed_ck_chunks")
+    docs.execute(
+        "CREATE POLICY pgembed_row_visible ON pgembed_ck_chunks USING (EXISTS (SELECT "
+        "t.embedding_ck FROM docs t WHERE t.email OPERATOR(pg_catalog.=) pgembed_ck_chunks.key))"
+    )
     assert "::text" in docs.execute(policy).fetchone()[0]  # type: ignore[index]
     assert cli("--database-url", db_url, "alter-table", "docs", "SELECT 1").exit_code == 0
     assert docs.execute(policy).fetchone() == row
