@@ -112,14 +112,14 @@ def follow_row_security(conn: psycopg.Connection, spec: ModelSpec) -> None:
     conn.execute(
         sql.SQL(
             "CREATE POLICY pgembed_row_visible ON {table} USING (EXISTS ("
-            "SELECT t.{vector} FROM {source} t WHERE {key} {equals} {chunk_key}))"
+            "SELECT t.{vector} FROM {source} t WHERE {matches}))"
         ).format(
             table=table,
             vector=sql.Identifier(spec.embedding_column),
             source=naming.table(spec),
-            key=naming.key_at(spec, "t"),
-            chunk_key=naming.key_at(spec, naming.chunk_table_name(spec), "key"),
-            equals=naming.key_equals(spec),
+            matches=naming.key_is(
+                spec, "t", naming.key_at(spec, naming.chunk_table_name(spec), "key")
+            ),
         )
     )
 

@@ -165,6 +165,14 @@ def key_equals(spec: ModelSpec) -> sql.Composable:
     return sql.SQL(spec.key_equals or "OPERATOR(pg_catalog.=)")  # type: ignore[arg-type,unused-ignore]
 
 
+def key_is(
+    spec: ModelSpec, alias: str, other: sql.Composable, column: str | None = None
+) -> sql.Composable:
+    """`alias`'s key (key_at) compared to `other` (a key_type value, or ANY of an array of
+    them) by key_equals: the one way every statement matches a key."""
+    return sql.SQL("{} {} {}").format(key_at(spec, alias, column), key_equals(spec), other)
+
+
 def key_greater(spec: ModelSpec) -> sql.Composable:
     """The `>` of the same (a backfill's pages walk the key's index in its order)."""
     return sql.SQL(spec.key_greater or "OPERATOR(pg_catalog.>)")  # type: ignore[arg-type,unused-ignore]

@@ -300,25 +300,19 @@ def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec, *, chunks: bool)
         key_type = naming.key_type(spec)
         conn.execute(
             sql.SQL(
-                "UPDATE {table} t SET {vector} = NULL WHERE {vector} IS NOT NULL "
-                "AND {tkey} {equals} ANY (%s::{type}[])"
+                "UPDATE {table} t SET {vector} = NULL WHERE {vector} IS NOT NULL AND {matches}"
             ).format(
                 table=table,
                 vector=sql.Identifier(spec.embedding_column),
-                key=key,
-                type=key_type,
-                tkey=naming.key_at(spec, "t"),
-                equals=naming.key_equals(spec),
+                matches=naming.key_is(spec, "t", sql.SQL("ANY (%s::{}[])").format(key_type)),
             ),
             (changed,),
         )
         if chunks:
             conn.execute(
-                sql.SQL("DELETE FROM {} c WHERE {} {} ANY (%s::{}[])").format(
+                sql.SQL("DELETE FROM {} c WHERE {}").format(
                     naming.chunk_table(spec),
-                    naming.key_at(spec, "c", "key"),
-                    naming.key_equals(spec),
-                    key_type,
+                    naming.key_is(spec, "c", sql.SQL("ANY (%s::{}[])").format(key_type), "key"),
                 ),
                 (changed,),
             )

@@ -439,7 +439,7 @@ def _hits(
     statement = sql.SQL(
         "SELECT t.{key}, h.{value}, {text} "
         "FROM {call} WITH ORDINALITY AS h(key, {value}, n) "
-        "JOIN {table} t ON {tkey} {equals} h.key::{type} "
+        "JOIN {table} t ON {matches} "
         "ORDER BY h.{value} DESC, h.n"
     ).format(
         value=sql.Identifier(value),
@@ -447,9 +447,7 @@ def _hits(
         call=call,
         table=naming.only(spec),
         key=sql.Identifier(spec.key_column),
-        type=naming.key_type(spec),
-        tkey=naming.key_at(spec, "t"),
-        equals=naming.key_equals(spec),
+        matches=naming.key_is(spec, "t", sql.SQL("h.key::{}").format(naming.key_type(spec))),
     )
     return Fetch(statement, params, transaction=True, ef_search=ef_search)
 

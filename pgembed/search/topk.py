@@ -44,14 +44,12 @@ def _best_windows(conn: psycopg.Connection, spec: ModelSpec) -> sql.Composed:
         "SELECT t.{key}::text AS key, t.{col} {distance} %(q)s AS distance FROM {table} t "
         "WHERE t.{col} IS NOT NULL "
         "UNION ALL SELECT t.{key}::text, c.embedding {distance} %(q)s FROM {chunks} c "
-        "JOIN {table} t ON {tkey} {equals} {ckey} WHERE t.{col} IS NOT NULL) u "
+        "JOIN {table} t ON {matches} WHERE t.{col} IS NOT NULL) u "
         "GROUP BY u.key ORDER BY pg_catalog.min(u.distance), u.key LIMIT %(k)s"
     ).format(
         **_names(conn, spec),
         chunks=naming.chunk_table(spec),
-        tkey=naming.key_at(spec, "t"),
-        equals=naming.key_equals(spec),
-        ckey=naming.key_at(spec, "c", "key"),
+        matches=naming.key_is(spec, "t", naming.key_at(spec, "c", "key")),
     )
 
 

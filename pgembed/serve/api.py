@@ -403,15 +403,14 @@ class Api:
         statement = sql.SQL(
             "SELECT k.i, pg_catalog.jsonb_build_object({pairs}) "
             "FROM pg_catalog.unnest(%s::text[]::{type}[]) WITH ORDINALITY AS k(v, i) "
-            "JOIN {table} t ON {key} {equals} k.v"
+            "JOIN {table} t ON {matches}"
         ).format(
-            key=naming.key_at(spec, "t"),
+            matches=naming.key_is(spec, "t", sql.SQL("k.v")),
             pairs=sql.SQL(", ").join(
                 sql.SQL("{}, t.{}").format(sql.Literal(c), sql.Identifier(c)) for c in columns
             ),
             table=naming.only(spec),
             type=naming.key_type(spec),
-            equals=naming.key_equals(spec),
         )
         keys = [str(hit["key"]) for hit in hits]
         found = await plan.execute_async(pool, _fetch_plan(plan.Fetch(statement, (keys,))))

@@ -80,16 +80,14 @@ def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list
     text = naming.text_expression(spec, "t")
     query = sql.SQL(
         "SELECT t.{key}::text, {first_word}, pg_catalog.md5({text}) "
-        "FROM {table} t WHERE {tkey} {equals} ANY(%s::{type}[]) "
+        "FROM {table} t WHERE {matches} "
         "AND pgembed._has_text_v1(({text})::pg_catalog.text)"
     ).format(
         key=sql.Identifier(spec.key_column),
         text=text,
         first_word=texts.first_word_sql(text),
         table=naming.table(spec),
-        type=naming.key_type(spec),
-        tkey=naming.key_at(spec, "t"),
-        equals=naming.key_equals(spec),
+        matches=naming.key_is(spec, "t", sql.SQL("ANY(%s::{}[])").format(naming.key_type(spec))),
     )
     with conn.transaction():
         row_security_errors(conn)
@@ -135,17 +133,14 @@ def write(
         "UPDATE {table} t SET {column} = v.embedding "
         "FROM ROWS FROM (pg_catalog.unnest(%s::text[]), pg_catalog.unnest(%s::text[]), "
         "pg_catalog.unnest(%b)) AS v(key, text_md5, embedding) "
-        "WHERE {tkey} {equals} v.key::{type} "
+        "WHERE {matches} "
         "AND pg_catalog.md5({text}) OPERATOR(pg_catalog.=) v.text_md5 "
         "RETURNING v.key"
     ).format(
         table=naming.table(spec),
         column=sql.Identifier(spec.embedding_column),
-        key=sql.Identifier(spec.key_column),
         text=naming.text_expression(spec, "t"),
-        type=naming.key_type(spec),
-        tkey=naming.key_at(spec, "t"),
-        equals=naming.key_equals(spec),
+        matches=_queued_key(spec),
     )
     params = (
         [keys[i] for i in order],
@@ -186,15 +181,12 @@ def lock(
         "FROM {table} t "
         "JOIN ROWS FROM (pg_catalog.unnest(%s::pg_catalog.text[]), "
         "pg_catalog.unnest(%s::pg_catalog.text[])) AS v(key, text_md5) "
-        "ON {tkey} {equals} v.key::{type} "
+        "ON {matches} "
         "ORDER BY v.key FOR NO KEY UPDATE OF t SKIP LOCKED"
     ).format(
         table=naming.table(spec),
-        key=sql.Identifier(spec.key_column),
         text=naming.text_expression(spec, "t"),
-        type=naming.key_type(spec),
-        tkey=naming.key_at(spec, "t"),
-        equals=naming.key_equals(spec),
+        matches=_queued_key(spec),
     )
     params = ([keys[i] for i in order], [text_md5s[i] for i in order])
     with rows_unfiltered(conn):
@@ -204,6 +196,11 @@ def lock(
     return Locked(locked, held)
 
 
+def _queued_key(spec: ModelSpec) -> sql.Composable:
+    """A row's key matched to a queue key (`v.key`, text, as its type)."""
+    return naming.key_is(spec, "t", sql.SQL("v.key::{}").format(naming.key_type(spec)))
+
+
 def _still_there(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> set[str]:
     """Of the keys SKIP LOCKED passed over, those whose row this statement still sees: held by
     another transaction. A row deleted (or its key changed) since the read is gone, not held:
@@ -211,13 +208,10 @@ def _still_there(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str])
     query = sql.SQL(
         "SELECT v.key FROM pg_catalog.unnest(%s::pg_catalog.text[]) AS v(key) "
         "WHERE EXISTS (SELECT FROM {table} t "
-        "WHERE {tkey} {equals} v.key::{type})"
+        "WHERE {matches})"
     ).format(
         table=naming.table(spec),
-        key=sql.Identifier(spec.key_column),
-        type=naming.key_type(spec),
-        tkey=naming.key_at(spec, "t"),
-        equals=naming.key_equals(spec),
+        matches=_queued_key(spec),
     )
     return {key for (key,) in conn.execute(query, (list(keys),))}
 
@@ -250,7 +244,7 @@ BEGIN
         UPDATE {table} t SET {column} = v.embedding
         FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(text_md5s),
                         pg_catalog.unnest(embeddings)) AS v(key, text_md5, embedding)
-        WHERE {tkey} {equals} v.key::{type}
+        WHERE {matches}
           AND pg_catalog.md5({text}) OPERATOR(pg_catalog.=) v.text_md5
         RETURNING 1)
     SELECT pg_catalog.count(*) INTO written FROM w;
@@ -322,11 +316,8 @@ def write_as_owner(
     body = sql.SQL(_OWNER_WRITE).format(
         table=naming.table(spec),
         column=sql.Identifier(spec.embedding_column),
-        key=sql.Identifier(spec.key_column),
         text=naming.text_expression(spec, "t"),
-        type=naming.key_type(spec),
-        tkey=naming.key_at(spec, "t"),
-        equals=naming.key_equals(spec),
+        matches=_queued_key(spec),
         table_name=sql.Literal(spec.qualified_table),
     )
     signature = sql.SQL("{}(pg_catalog.text[], pg_catalog.text[], {}[])").format(
@@ -388,8 +379,8 @@ def write_chunks(
         return
     table, key_type = naming.chunk_table(spec), naming.key_type(spec)
     conn.execute(
-        sql.SQL("DELETE FROM {} c WHERE {} {} ANY(%s::{}[])").format(
-            table, naming.key_at(spec, "c", "key"), naming.key_equals(spec), key_type
+        sql.SQL("DELETE FROM {} c WHERE {}").format(
+            table, naming.key_is(spec, "c", sql.SQL("ANY(%s::{}[])").format(key_type), "key")
         ),
         (sorted(written),),
     )
