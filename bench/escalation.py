@@ -1,10 +1,10 @@
 """Per-query effort on the 1M table: one narrow HNSW walk, and a second, wide one only for the
-queries whose nearest hit is far (cosine distance at or past a cutoff).
+queries whose hits are far (cosine distance at or past a cutoff).
 
 `python -m bench.escalation --database-url URL --corpus reviews.csv.gz --scale-cache DIR`, after
 `python -m bench --only searchscale` built `scale_1m` on that server (same URL and cache). Not
-part of `make bench`, and not in pgembed: a measurement of a design (BENCHMARKS.md, "Search at
-scale", "One effort for every query").
+part of `make bench`: the measurements behind `pgembed tune`'s two walks (search/walks.py;
+BENCHMARKS.md, "Search at scale", "One effort for every query").
 
 Raw SQL walks (strict order, no filter) of every query at each ef_search in `--efforts`, timed
 on a warm index (the second of two passes). Two sets of queries, neither rows of the table:
@@ -15,15 +15,17 @@ start past the first 200 characters; embedded once, cached beside the passages).
 reaches 0.955 (a larger one walks fewer queries twice); its recall and latency are then read on
 the benchmark's queries. The two sets are not independent: other passages of the same reviews.
 A query's latency is its first walk's time, plus its second walk's when it escalates (the two
-measured apart).
+measured apart). Last, which feature of the first walk picks the queries to walk twice: for each
+first walk up to 300 and a second of the widest effort, the share of the choosing queries that
+must walk twice for `pgembed tune`'s rule (recall@10 0.95, 95 % sure), the farthest first by the
+nearest row's distance or by the mean distance of the walk's 10 rows (what pgembed uses).
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -35,26 +37,13 @@ from bench import searchscale
 from bench.env import file_corpus
 from pgembed import defaults
 from pgembed.encode import embedder
+from pgembed.search.recall import of as recall_of
 
 TABLE, TARGET = "scale_1m", 0.955
 WALK = (
     "SELECT id, embedding_scale_1m OPERATOR(public.<=>) %s FROM scale_1m "
     "ORDER BY embedding_scale_1m OPERATOR(public.<=>) %s LIMIT 10"
 )
-
-
-def choosing_texts(held_out: list[str]) -> list[str]:
-    """Up to 4 runs of 150 to 200 characters from each held-out review, past the benchmark's
-    query, each from a sentence start, at least 200 characters apart."""
-    texts = []
-    for review in held_out:
-        starts = [m.end() for m in re.finditer(r"[.!?]\s+", review) if m.end() > 200]
-        last, picked = -200, 0
-        for start in starts:
-            if start - last >= 200 and len(review) - start >= 150 and picked < 4:
-                texts.append(review[start : start + 200])
-                last, picked = start, picked + 1
-    return texts
 
 
 @dataclass
@@ -64,6 +53,7 @@ class Walks:
     recall: dict[int, np.ndarray]
     nearest: dict[int, np.ndarray]
     ms: dict[int, np.ndarray]
+    mean: dict[int, np.ndarray] = field(default_factory=dict)  # the walk's 10 rows' distance
 
 
 def walk_all(conn: psycopg.Connection, queries: np.ndarray, efforts: list[int]) -> Walks:
@@ -85,6 +75,7 @@ def walk_all(conn: psycopg.Connection, queries: np.ndarray, efforts: list[int]) 
                 pairs = zip(found, truth, strict=True)
                 walks.recall[ef] = np.array([len({r[0] for r in f} & t) / 10 for f, t in pairs])
                 walks.nearest[ef] = np.array([rows[0][1] for rows in found])
+                walks.mean[ef] = np.array([np.mean([r[1] for r in rows]) for rows in found])
     conn.execute("RESET hnsw.ef_search")
     return walks
 
@@ -114,6 +105,19 @@ def choose(walks: Walks, first: int, second: int) -> Policy | None:
     return None
 
 
+def twice_needed(walks: Walks, first: int, second: int, distances: np.ndarray) -> float | None:
+    """The share of the queries that must walk twice, the farthest by `distances` first, for
+    recall@10 to reach 0.95 95 % sure (`pgembed tune`'s rule); None if all of them is not enough."""
+    order = np.argsort(-distances, kind="stable")
+    for n in range(len(order) + 1):
+        up = np.zeros(len(order), dtype=bool)
+        up[order[:n]] = True
+        mixed = np.where(up, walks.recall[second], walks.recall[first])
+        if recall_of(list(mixed)).lower >= 0.95:
+            return n / len(order)
+    return None
+
+
 def choosing_vectors(corpus: Path, cache: Path, precision: str) -> np.ndarray:
     """The choosing queries' vectors, embedded once (cached): run to run, bf16 on another
     batch could move a query's vector, and the cutoff with it."""
@@ -122,7 +126,7 @@ def choosing_vectors(corpus: Path, cache: Path, precision: str) -> np.ndarray:
         return np.load(path)
     held_out = file_corpus(corpus, 10**9)[-searchscale.QUERIES :]
     encoder = embedder.get(embedder.Settings(model_ref=defaults.MODEL, precision=precision))
-    vectors = encoder.encode_queries(choosing_texts(held_out))
+    vectors = encoder.encode_queries(searchscale.tuning_texts(held_out))
     np.save(path, vectors)
     return vectors
 
@@ -132,7 +136,7 @@ def main() -> None:
     parser.add_argument("--database-url", required=True, help="the searchscale server")
     parser.add_argument("--corpus", type=Path, required=True)
     parser.add_argument("--scale-cache", type=Path, required=True)
-    parser.add_argument("--efforts", default="40,80,120,160,200,240,320,541,1000")
+    parser.add_argument("--efforts", default="40,80,120,160,200,225,240,250,320,541,1000")
     args = parser.parse_args()
     efforts = [int(e) for e in args.efforts.split(",")]
     _, bench_queries, precision = searchscale.vectors(args.corpus, args.scale_cache)
@@ -171,6 +175,19 @@ def main() -> None:
                 f"{np.median(c_ms):.1f} | {recall.mean():.3f} | {np.median(ms):.1f} / "
                 f"{np.percentile(ms, 95):.1f} / {ms.mean():.1f} | {up.mean():.0%} |"
             )
+    widest = max(efforts)
+    print(
+        f"\nWhich queries walk twice: the share of the choosing queries that must (a second walk "
+        f"of {widest}) for recall@10 0.95, 95 % sure, picked by their first walk's\n"
+    )
+    print("| first ef_search | nearest row's distance | mean distance of its 10 rows |")
+    print("| --- | --- | --- |")
+    for first in (e for e in efforts if e <= 300):
+        shares = [
+            twice_needed(on_choosing, first, widest, by[first])
+            for by in (on_choosing.nearest, on_choosing.mean)
+        ]
+        print(f"| {first} | " + " | ".join("-" if s is None else f"{s:.0%}" for s in shares) + " |")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,13 @@ class ModelSpec:
     # The columns embedded together, joined by a newline; the first is text_column.
     text_columns: tuple[str, ...] = ()
     long_texts: str = "truncate"  # or "chunk": see LONG_TEXTS
+    # `pgembed tune`'s two walks for an unfiltered search of 10 rows (None: one walk of
+    # ef_search): the second, wider walk when the first's 10 rows are this far on average, or more.
+    # Never inserted (a new model or version has none: `tuned`), and read as null from a
+    # catalog older than them (0018), so that `model add` works there until it is migrated.
+    first_walk_ef_search: int | None = field(default=None, metadata={"tuned": True})
+    second_walk_ef_search: int | None = field(default=None, metadata={"tuned": True})
+    second_walk_mean_distance: float | None = field(default=None, metadata={"tuned": True})
     # How statements compare the key column, so that its index answers (pgembed._key_v1): the
     # type a key's text is cast to and its `=` and `>`, schema-qualified. Read from the table
     # with the model, never stored; None where not read (naming falls back to key_type).
@@ -85,10 +92,18 @@ class ModelSpec:
         return asdict(self)
 
 
-_COLUMNS = [f.name for f in fields(ModelSpec) if not f.metadata.get("derived")]
+_COLUMNS = [
+    (
+        f"pg_catalog.to_jsonb(m) -> '{f.name}' AS {f.name}"
+        if f.metadata.get("tuned")
+        else "m." + f.name
+    )
+    for f in fields(ModelSpec)
+    if not f.metadata.get("derived")
+]
 _KEY = "pgembed._key_v1(m.table_schema, m.table_name, m.key_column)"
 _SELECT = (
-    f"SELECT {', '.join('m.' + c for c in _COLUMNS)}, k.cast_to AS key_cast, "
+    f"SELECT {', '.join(_COLUMNS)}, k.cast_to AS key_cast, "
     f"k.equals AS key_equals, k.greater AS key_greater FROM pgembed.models m, {_KEY} k"
 )
 # The one read of the catalog's rows, as dict rows that `from_row` (or `found`) turns into
@@ -196,10 +211,11 @@ def exists(conn: psycopg.Connection, name: str) -> bool:
 
 def insert(conn: psycopg.Connection, spec: ModelSpec) -> None:
     values = {**spec.as_dict(), "text_columns": list(spec.text_columns)}
-    placeholders = ", ".join(f"%({c})s" for c in _COLUMNS)
+    columns = [f.name for f in fields(ModelSpec) if not f.metadata]
+    placeholders = ", ".join(f"%({c})s" for c in columns)
     try:
         conn.execute(
-            f"INSERT INTO pgembed.models ({', '.join(_COLUMNS)}) VALUES ({placeholders})", values
+            f"INSERT INTO pgembed.models ({', '.join(columns)}) VALUES ({placeholders})", values
         )
     except psycopg.errors.UniqueViolation as exc:  # a concurrent `model add` of the name first
         if exc.diag.constraint_name != "models_pkey":

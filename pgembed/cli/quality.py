@@ -80,6 +80,11 @@ def eval_cmd(
     show_default=True,
     help="At most this many queries.",
 )
+@click.option(
+    "--one-walk",
+    is_flag=True,
+    help="Record one ef_search only, not two walks (a narrow one, a wide one past a distance).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def tune_cmd(
@@ -90,11 +95,14 @@ def tune_cmd(
     k: int,
     allow_below_default: bool,
     sample: int,
+    one_walk: bool,
     as_json: bool,
 ) -> None:
     """Find the smallest ef_search meeting the target recall@k and make it NAME's default.
 
-    Never below the default ef_search (an untuned model's) unless --allow-below-default."""
+    Never below the default ef_search (an untuned model's) unless --allow-below-default. With
+    -k 10, also two walks for unfiltered searches of 10 rows, when they meet the target as
+    well: a walk of at most half as much, and a wider one when its rows are far."""
     texts = tune.read_queries(queries_path) if queries_path else []
     with app.connect() as conn:
         spec = registry.get(conn, name)
@@ -107,6 +115,7 @@ def tune_cmd(
             sample,
             allow_below_default=allow_below_default,
             source=str(queries_path),
+            two_walks=not one_walk,
         )
     if as_json:
         click.echo(json.dumps(asdict(result), indent=2))
@@ -121,3 +130,12 @@ def tune_cmd(
         f"model {name}: ef_search {result.ef_search} recorded (recall@{k} {result.recall:.4f} on "
         f"{result.sample} queries, {result.queries}, {verdict} the target {result.target})"
     )
+    pair = result.two_walks
+    if pair is not None:
+        click.echo(
+            f"  and two walks for unfiltered searches of 10 rows: ef_search {pair.first}, then "
+            f"{pair.second} when the first walk's rows are at a mean cosine distance of "
+            f"{pair.distance:.4f} or more ({pair.twice:.0%} of the queries): recall@{k} "
+            f"{pair.recall:.4f} (95 % lower bound {pair.lower:.4f}), {pair.effort:.0f} ef_search "
+            "a query on average"
+        )

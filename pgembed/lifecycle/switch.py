@@ -43,7 +43,7 @@ def _swap_in(conn: psycopg.Connection, name: str) -> ModelSpec:
         name=name,
         embedding_column=old.embedding_column,
         shadow_of=None,
-        ef_search=old.ef_search,
+        ef_search=old.ef_search,  # two walks are not kept (update_model)
     )
     table = naming.table(old)
     conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(table))

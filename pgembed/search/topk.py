@@ -78,6 +78,28 @@ def indexed(
         return _run(conn, _top_k(conn, spec, tie_break=False), vectors, k)
 
 
+def nearest(
+    conn: psycopg.Connection, spec: ModelSpec, vectors: Vectors, k: int, ef_search: int
+) -> list[tuple[list[str], float]]:
+    """One walk of the (unchunked) model's HNSW index at `ef_search` per vector, as
+    pgembed.search's first walk: its keys and its rows' mean cosine distance (2, the largest,
+    when it found none)."""
+    query = sql.SQL(
+        "SELECT t.{key}::text, t.{col} {distance} %(q)s FROM {table} t WHERE t.{col} IS NOT NULL "
+        "ORDER BY t.{col} {distance} %(q)s LIMIT %(k)s"
+    ).format(**_names(conn, spec))
+    walks = []
+    with conn.transaction():
+        _prefer_index(conn, ef_search)
+        conn.execute("SET LOCAL hnsw.iterative_scan = off")
+        with conn.cursor(binary=True) as cur:
+            for v in vectors:
+                rows = cur.execute(query, {"q": Vector(v), "k": k}).fetchall()
+                mean = sum(float(r[1]) for r in rows) / len(rows) if rows else 2.0
+                walks.append(([r[0] for r in rows], mean))
+    return walks
+
+
 def _prefer_index(conn: psycopg.Connection, ef_search: int | None) -> None:
     # On a small table the planner would rather scan; an index evaluation must use the index.
     conn.execute("SET LOCAL enable_seqscan = off")

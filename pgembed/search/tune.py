@@ -9,14 +9,16 @@ met with 95 % confidence (the sample is a sample), and unless asked tune never g
 default ef_search an untuned model searches with (pgvector's 40, or pgembed's default for the
 table's size, see topk.effective_ef_search) nor records a recall below the default's.
 The value found is recorded as the model's `ef_search`, which pgembed's searches then apply.
+Then, unless asked for one walk, two walks (search/walks.py): a narrower first walk and a wider
+second one past a cutoff distance, recorded too when they meet the same target and floor at a
+mean effort below the one walk's; pgembed.search applies them to its unfiltered searches of 10
+rows (others walk once, at `ef_search`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import random
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +32,7 @@ from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
 from pgembed.encode.settings import settings_of
 from pgembed.errors import NotFoundError, UsageError
-from pgembed.search import topk
+from pgembed.search import recall, topk, walks
 
 # pgvector accepts 1..1000; the default is 40.
 LADDER = (10, 20, 40, 60, 80, 100, 150, 200, 300, 400, 500, 600, 800, 1000)
@@ -38,7 +40,6 @@ LADDER = (10, 20, 40, 60, 80, 100, 150, 200, 300, 400, 500, 600, 800, 1000)
 # closest to the real queries' (docs/evaluation.md).
 EXCERPT_WORDS = (10, 25)
 EXCERPTS = "excerpts of rows' texts"
-Z_95 = 1.645  # one-sided 95 % normal quantile
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class Tuning:
     recall: float  # at the recorded ef_search
     reached: bool  # False: no ef_search tried met the target (the best recall is recorded)
     steps: tuple[Step, ...]
+    two_walks: walks.TwoWalks | None = None  # recorded too, for unfiltered searches of 10 rows
 
 
 def tune(
@@ -72,8 +74,10 @@ def tune(
     sample: int = 200,
     allow_below_default: bool = False,
     source: str = "",
+    two_walks: bool = True,
 ) -> Tuning:
-    """Climb the ladder (from the default unless allowed lower) until recall@k reaches `target`."""
+    """Climb the ladder (from the default unless allowed lower) until recall@k reaches `target`;
+    then, at k = 10, measure two walks (unless `two_walks` is False)."""
     if not 0 < target <= 1:
         raise UsageError("--target-recall must be in (0, 1]")
     if k < 1 or sample < 1:
@@ -93,7 +97,11 @@ def tune(
         if meets(steps[-1], target, floor):
             break
     best = choose(steps, target, floor)
-    record(conn, spec.name, best.ef_search)
+    reached = meets(best, target, floor)
+    pair = None
+    if two_walks and reached and k == walks.K:
+        pair = walks.measure(conn, spec, vectors, exact, best.ef_search, target, floor)
+    record(conn, spec.name, best.ef_search, pair)
     return Tuning(
         model=spec.name,
         k=k,
@@ -104,8 +112,9 @@ def tune(
         default_recall=next((s.recall for s in steps if s.ef_search == default), None),
         ef_search=best.ef_search,
         recall=best.recall,
-        reached=meets(best, target, floor),
+        reached=reached,
         steps=tuple(steps),
+        two_walks=pair,
     )
 
 
@@ -118,16 +127,12 @@ def ladder(k: int, default: int, allow_below_default: bool) -> list[int]:
 
 def step(ef_search: int, found: list[list[str]], exact: list[list[str]]) -> Step:
     """Recall@k against exact search at one ef_search: its mean and 95 % lower bound."""
-    shares = [len(set(f) & set(e)) / len(e) for f, e in zip(found, exact, strict=True) if e]
-    if not shares:
-        return Step(ef_search, 1.0, 1.0)
-    mean = statistics.fmean(shares)
-    error = statistics.stdev(shares) / math.sqrt(len(shares)) if len(shares) > 1 else 0.0
-    return Step(ef_search, mean, mean - Z_95 * error)
+    measured = recall.of(recall.shares(found, exact))
+    return Step(ef_search, measured.mean, measured.lower)
 
 
 def meets(s: Step, target: float, floor: float) -> bool:
-    return s.lower >= target and s.recall >= floor
+    return recall.Recall(s.recall, s.lower).meets(target, floor)
 
 
 def choose(steps: Sequence[Step], target: float, floor: float) -> Step:
@@ -199,5 +204,17 @@ def _json_text(path: Path, number: int, line: str) -> str:
     return text
 
 
-def record(conn: psycopg.Connection, name: str, ef_search: int | None) -> None:
-    conn.execute(sqlfiles.get("catalog", "set_ef_search"), {"ef_search": ef_search, "name": name})
+def record(
+    conn: psycopg.Connection, name: str, ef_search: int | None, pair: walks.TwoWalks | None
+) -> None:
+    """The model's ef_search, and its two walks (None: one walk; older ones are forgotten)."""
+    conn.execute(
+        sqlfiles.get("catalog", "set_ef_search"),
+        {
+            "name": name,
+            "ef_search": ef_search,
+            "first": pair.first if pair else None,
+            "second": pair.second if pair else None,
+            "distance": pair.distance if pair else None,
+        },
+    )

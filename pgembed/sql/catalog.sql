@@ -44,8 +44,12 @@ WHERE name = %(name)s AND version = %(version)s;
 UPDATE pgembed.models SET key_type = %(key_type)s WHERE name = %(name)s;
 
 -- name: set_ef_search
--- `pgembed tune` records the model's default hnsw.ef_search (NULL: pgvector's).
-UPDATE pgembed.models SET ef_search = %(ef_search)s WHERE name = %(name)s;
+-- `pgembed tune` records the model's hnsw.ef_search (NULL: pgembed's default for the table's
+-- size) and its two walks (NULL: one walk).
+UPDATE pgembed.models SET ef_search = %(ef_search)s,
+    first_walk_ef_search = %(first)s, second_walk_ef_search = %(second)s,
+    second_walk_mean_distance = %(distance)s
+WHERE name = %(name)s;
 
 -- name: table_oid
 -- A user's table (plain or partitioned) by schema and name.

@@ -53,7 +53,9 @@ UPDATE pgembed.models SET
     hnsw_m = %(hnsw_m)s, hnsw_ef_construction = %(hnsw_ef_construction)s, version = %(version)s,
     precision = %(precision)s, precision_requested = %(precision_requested)s,
     precision_cosine = %(precision_cosine)s, precision_note = %(precision_note)s,
-    long_texts = %(long_texts)s
+    long_texts = %(long_texts)s,
+    -- Two walks' cutoff is a distance in the old version's space: one walk until tuned again.
+    first_walk_ef_search = NULL, second_walk_ef_search = NULL, second_walk_mean_distance = NULL
 WHERE name = %(name)s;
 
 -- name: move_bookkeeping
@@ -75,8 +77,10 @@ UPDATE pgembed.model_versions SET activated_at = pg_catalog.now()
 WHERE name = %(name)s AND version = %(version)s;
 
 -- name: set_hnsw_parameters
--- An index rebuild records its parameters on the model and on its current version.
-UPDATE pgembed.models SET hnsw_m = %(m)s, hnsw_ef_construction = %(ef)s
+-- An index rebuild records its parameters on the model and on its current version. Two walks
+-- were measured on the old graph: one walk until tuned again.
+UPDATE pgembed.models SET hnsw_m = %(m)s, hnsw_ef_construction = %(ef)s,
+    first_walk_ef_search = NULL, second_walk_ef_search = NULL, second_walk_mean_distance = NULL
 WHERE name = %(name)s;
 UPDATE pgembed.model_versions SET hnsw_m = %(m)s, hnsw_ef_construction = %(ef)s
 WHERE name = %(name)s AND version = (SELECT version FROM pgembed.models WHERE name = %(name)s);

@@ -143,13 +143,22 @@ def test_generated_search_matches_the_snapshot(db_url: str) -> None:
         # The generated branch runs, nearest first.
         hits = conn.execute("SELECT key FROM pgembed.search('sample', '[1,0,0]', 2)").fetchall()
         assert hits == [("1",), ("3",)]
+        conn.execute(
+            "UPDATE pgembed.models SET ef_search = 100, first_walk_ef_search = 40, "
+            "second_walk_ef_search = 1000, second_walk_mean_distance = 0.42 WHERE name = 'sample'"
+        )
+        two_walks = generated_search(conn)
     assert "WHEN 'sample' THEN" in sample and "WHEN NULL THEN NULL;" in empty
+    assert "first_keys := keys" in two_walks and "first_keys := keys" not in sample
     problems = [
         problem
         for problem in (
             snapshot_mismatch("search_empty.sql", "pgembed.search with no model", empty),
             snapshot_mismatch(
                 "search_sample.sql", "pgembed.search with one model, 'sample' (3 dims)", sample
+            ),
+            snapshot_mismatch(
+                "search_two_walks.sql", "pgembed.search with 'sample' given two walks", two_walks
             ),
         )
         if problem

@@ -34,7 +34,9 @@ GRANT SELECT ON pgembed.migrations, pgembed.models, pgembed.model_versions TO pg
 
 # What must come through the upgrade unchanged, each as rows in a stable order.
 _STATE = {
-    "models": "SELECT * FROM pgembed.models ORDER BY name",
+    # Every column 0012 had (0018's two walks come NULL: no model is tuned for them).
+    "models": "SELECT to_jsonb(m) - '{first_walk_ef_search,second_walk_ef_search,"
+    "second_walk_mean_distance}'::text[] FROM pgembed.models m ORDER BY m.name",
     "versions": "SELECT * FROM pgembed.model_versions ORDER BY 1, 2",
     "vectors": "SELECT id, embedding_minilm::text, embedding_chunky::text FROM reviews ORDER BY id",
     "chunks": "SELECT key, chunk, embedding::text FROM pgembed_chunky_chunks ORDER BY 1, 2",
@@ -128,12 +130,19 @@ def test_a_0012_database_upgrades_intact(database_0012: str, other_empty_db_url:
         assert [m.filename for m in applied] == newer  # 0013_definitions.sql and later ones
         assert [d.file for d in defined] == [d.file for d in migrate.definitions()]
         after = _state(conn)
-        # Every grant stays; the only new ones are on the new record, for both roles.
+        # Every grant stays; the only new ones are on the new record, for both roles, and the
+        # SELECT on pgembed.models reaching its new columns (0018's two walks).
+        new_columns = {"first_walk_ef_search", "second_walk_ef_search", "second_walk_mean_distance"}
         for kind, table in (("grants", 2), ("column grants", 1)):
             new = [row for row in after[kind] if row not in before[kind]]
-            assert {row[table] for row in new} == {"definitions"}, kind
+            assert {row[table] for row in new if row[2] not in new_columns} == {"definitions"}
+            assert {(row[1], row[3]) for row in new if row[2] in new_columns} <= {
+                ("models", "SELECT")
+            }, kind
             after[kind] = [row for row in after[kind] if row not in new]
         assert after == before
+        untuned = "SELECT count(*) FROM pgembed.models WHERE first_walk_ef_search IS NULL"
+        assert conn.execute(untuned).fetchone() == (2,)
         migrate.require_current(conn)
         upgraded = describe(conn)
         # The daemon and readers may read the new record (roles.grant at every migrate).

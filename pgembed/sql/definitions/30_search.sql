@@ -1284,10 +1284,14 @@ COMMENT ON FUNCTION pgembed.hybrid_search(text, vector, text, integer, jsonb) IS
 --              is) or the exact scan (<inner> `OFFSET 0`, <outer> `ORDER BY distance`).
 --   $branch$   one model's WHEN arm.   %1$L model name, %2$s dimensions, %3$s its ef_search
 --              (models.ef_search, else _graph_ef_v1's call for a graph built sparser, else
---              NULL), %4$s/%5$s $nearest$'s walk with LIMIT 10/100,
+--              NULL; with two walks, first_walk_ef_search when k = 10), %4$s/%5$s
+--              $nearest$'s walk with LIMIT 10/100,
 --              %6$s pgvector's vector_dims by its schema, %7$L the table (for _index_effort_v1),
 --              %8$s $nearest$'s exact scan, %9$s pgvector's vector_norm by its schema (a zero
---              query: the dynamic path's error).
+--              query: the dynamic path's error), %10$s $second$ or nothing.
+--   $second$   a model's second walk (`pgembed tune`'s two walks).  %1$s its
+--              second_walk_mean_distance,
+--              %2$L second_walk_ef_search, %3$s $nearest$'s walk with LIMIT 10.
 --   $body$     the function body.      %s: every model's $branch$, in name order (or a
 --              `WHEN NULL THEN NULL;` when there is no model).
 -- The outer format() adds the signature (%s: the vector type, schema-qualified), the settings
@@ -1298,7 +1302,8 @@ COMMENT ON FUNCTION pgembed.hybrid_search(text, vector, text, integer, jsonb) IS
 
 -- Rebuild pgembed.search from pgembed.models (only the triggers below and migrations call it).
 CREATE OR REPLACE FUNCTION pgembed._compile_search_v1() RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+-- extra_float_digits: a cutoff distance is written into the function exactly, whoever compiles.
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET extra_float_digits = 3 AS $fn$
 DECLARE
     m pgembed.models;
     branches text := '';
@@ -1308,6 +1313,8 @@ DECLARE
     distance text;
     dims text;
     norm text;
+    second text;
+    tuned text;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         -- An older snapshot could miss a model another transaction just changed.
@@ -1346,9 +1353,44 @@ BEGIN
                     <inner>) found
                 <outer>LIMIT k) hits;$nearest$,
             m.key_column, m.embedding_column, m.table_schema, m.table_name, distance);
+        -- A sparser graph's default grows faster with the table (_graph_ef_v1).
+        tuned := coalesce(m.ef_search::text,
+                          CASE WHEN m.hnsw_ef_construction < 200
+                               THEN format('pgembed._graph_ef_v1(%L, %s)',
+                                           format('%I.%I', m.table_schema, m.table_name),
+                                           m.hnsw_ef_construction) END,
+                          'NULL');
         walk := replace(replace(nearest, '<outer>', ''), '<inner>',
                         format('ORDER BY t.%I %s query%sLIMIT <limit>', m.embedding_column,
                                distance, E'\n                    '));
+        -- Two walks (`pgembed tune` records them, measured on the model's queries at k = 10):
+        -- the first walk above was narrow; when its 10 rows are far from the query on average
+        -- (second_walk_mean_distance or more: a query far from everything, where a narrow walk
+        -- misses most of the true nearest rows), a wider walk replaces it. Not when the caller
+        -- chose the effort (pgembed.ef_search, or their own hnsw.ef_search: unless the first
+        -- walk set it, ef is NULL and the value the caller's), nor after a strict scan (the
+        -- first walk came short: dead tuples).
+        second := '';
+        IF m.first_walk_ef_search IS NOT NULL THEN
+            second := format($second$
+            IF k = 10 AND cardinality(keys) = 10
+               AND current_setting('hnsw.iterative_scan') = 'off'
+               AND 1 - (SELECT avg(hit.near) FROM unnest(similarities) AS hit(near)) >= %1$s
+               AND nullif(current_setting('pgembed.ef_search', true), '') IS NULL
+               AND (ef IS NOT NULL OR NOT pgembed._own_setting_v1('hnsw.ef_search', '40')) THEN
+                first_keys := keys;
+                first_similarities := similarities;
+                ef := coalesce(ef, current_setting('hnsw.ef_search'));
+                done := set_config('hnsw.ef_search', %2$L, true);
+                done := set_config('hnsw.iterative_scan', 'off', true);%3$s
+                IF coalesce(cardinality(keys), 0) < k THEN
+                    keys := first_keys;
+                    similarities := first_similarities;
+                END IF;
+            END IF;$second$,
+                m.second_walk_mean_distance, m.second_walk_ef_search,
+                replace(replace(walk, '<limit>', '10'), E'\n            ', E'\n                '));
+        END IF;
         branches := branches || format($branch$
     WHEN %1$L THEN
         -- The dynamic path, or its error; and under row-level security that applies to the
@@ -1397,7 +1439,7 @@ BEGIN
                 IF k <= 10 THEN%4$s
                 ELSE%5$s
                 END IF;
-            END LOOP;
+            END LOOP;%10$s
             -- A SET clause restores only the settings it names: put back the caller's (an
             -- error needs nothing, the rollback does it).
             done := set_config('hnsw.iterative_scan', scan, true);
@@ -1421,17 +1463,14 @@ BEGIN
             FROM unnest(keys, similarities) WITH ORDINALITY AS u(key, similarity, n)
             ORDER BY u.n;$branch$,
             m.name, m.dimensions,
-            -- A sparser graph's default grows faster with the table (_graph_ef_v1).
-            coalesce(m.ef_search::text,
-                     CASE WHEN m.hnsw_ef_construction < 200
-                          THEN format('pgembed._graph_ef_v1(%L, %s)',
-                                      format('%I.%I', m.table_schema, m.table_name),
-                                      m.hnsw_ef_construction) END,
-                     'NULL'),
+            CASE WHEN m.first_walk_ef_search IS NOT NULL
+                 THEN format('CASE WHEN k = 10 THEN %s ELSE %s END', m.first_walk_ef_search,
+                             tuned)
+                 ELSE tuned END,
             replace(walk, '<limit>', '10'), replace(walk, '<limit>', '100'), dims,
             format('%I.%I', m.table_schema, m.table_name),
             replace(replace(nearest, '<inner>', 'OFFSET 0'), '<outer>', 'ORDER BY found.distance '),
-            norm);
+            norm, second);
     END LOOP;
     IF branches = '' THEN  -- PL/pgSQL's CASE needs a WHEN
         branches := E'\n    WHEN NULL THEN NULL;';
@@ -1452,6 +1491,8 @@ DECLARE
     ef text;
     keys text[];
     similarities double precision[];
+    first_keys text[];
+    first_similarities double precision[];
     scan text;
     seq text;
     done text;
@@ -1496,7 +1537,8 @@ REVOKE EXECUTE ON FUNCTION pgembed._recompile_search_v1() FROM PUBLIC;
 DROP TRIGGER IF EXISTS recompile_search ON pgembed.models;
 CREATE CONSTRAINT TRIGGER recompile_search
 AFTER INSERT OR DELETE OR UPDATE OF name, table_schema, table_name, key_column, embedding_column,
-    dimensions, ef_search, long_texts, hnsw_ef_construction
+    dimensions, ef_search, long_texts, hnsw_ef_construction, first_walk_ef_search,
+    second_walk_ef_search, second_walk_mean_distance
 ON pgembed.models DEFERRABLE INITIALLY DEFERRED
 FOR EACH ROW EXECUTE FUNCTION pgembed._recompile_search_v1();
 -- The same for TRUNCATE pgembed.models.

@@ -47,7 +47,8 @@ CREATE TABLE pgembed.models (
     document_prefix      text NOT NULL DEFAULT '',
     hnsw_m               integer NOT NULL DEFAULT 16,
     hnsw_ef_construction integer NOT NULL DEFAULT 200,
-    -- hnsw.ef_search for this model's searches (`pgembed tune`); NULL: pgvector's default.
+    -- hnsw.ef_search for this model's searches (`pgembed tune`); NULL: pgembed's default for the
+    -- table's size (pgembed._default_ef_v1).
     ef_search            integer,
     -- 'active', or 'adding' and the steps of its setup still to do (lifecycle/setup.py): an
     -- interrupted `model add` or reindex start finishes them when run again.
@@ -76,7 +77,19 @@ CREATE TABLE pgembed.models (
     -- also embeds the rest, in overlapping windows kept in the table's pgembed_<name>_chunks
     -- (the first window stays in embedding_column). Since 0011.
     long_texts           text NOT NULL DEFAULT 'truncate' CONSTRAINT models_long_texts_check
-        CHECK (long_texts IN ('truncate', 'chunk'))
+        CHECK (long_texts IN ('truncate', 'chunk')),
+    -- Two walks for an unfiltered search of 10 rows (`pgembed tune`; NULL: one walk of
+    -- ef_search): a first walk of first_walk_ef_search, and a second of second_walk_ef_search
+    -- when the first one's rows are at a mean cosine distance of second_walk_mean_distance or
+    -- more. Since 0018.
+    first_walk_ef_search integer,
+    second_walk_ef_search integer,
+    second_walk_mean_distance double precision,
+    CONSTRAINT models_two_walks_check CHECK (
+        (first_walk_ef_search IS NULL) = (second_walk_ef_search IS NULL)
+        AND (first_walk_ef_search IS NULL) = (second_walk_mean_distance IS NULL)
+        AND first_walk_ef_search >= 1 AND first_walk_ef_search < second_walk_ef_search
+        AND second_walk_ef_search <= 1000 AND second_walk_mean_distance BETWEEN 0 AND 2)
 );
 
 -- Every version's settings, so `model alter` leaves a record of what each version embedded with.

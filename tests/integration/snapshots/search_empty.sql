@@ -18,6 +18,8 @@ DECLARE
     ef text;
     keys text[];
     similarities double precision[];
+    first_keys text[];
+    first_similarities double precision[];
     scan text;
     seq text;
     done text;
