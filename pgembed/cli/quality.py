@@ -10,7 +10,7 @@ import click
 
 from pgembed.catalog import registry
 from pgembed.cli.app import App
-from pgembed.search import evaluate, tune
+from pgembed.search import evaluate, tune, walks
 
 
 @click.command("eval")
@@ -132,10 +132,20 @@ def tune_cmd(
     )
     pair = result.two_walks
     if pair is not None:
+        click.echo(f"  and two walks for unfiltered searches of 10 rows: {_walks(pair, k)}")
+    below = result.two_walks_below_default
+    if below is not None:
         click.echo(
-            f"  and two walks for unfiltered searches of 10 rows: ef_search {pair.first}, then "
-            f"{pair.second} when the first walk's rows are at a mean cosine distance of "
-            f"{pair.distance:.4f} or more ({pair.twice:.0%} of the queries): recall@{k} "
-            f"{pair.recall:.4f} (95 % lower bound {pair.lower:.4f}), {pair.effort:.0f} ef_search "
-            "a query on average"
+            f"  two walks would meet the target but not the untuned recall "
+            f"({result.default_recall or 0:.4f}), not recorded: {_walks(below, k)}; "
+            "--allow-below-default records them"
         )
+
+
+def _walks(pair: walks.TwoWalks, k: int) -> str:
+    return (
+        f"ef_search {pair.first}, then {pair.second} when the first walk's rows are at a mean "
+        f"cosine distance of {pair.distance:.4f} or more ({pair.twice:.0%} of the queries): "
+        f"recall@{k} {pair.recall:.4f} (95 % lower bound {pair.lower:.4f}), {pair.effort:.0f} "
+        "ef_search a query on average"
+    )

@@ -63,6 +63,8 @@ class Tuning:
     reached: bool  # False: no ef_search tried met the target (the best recall is recorded)
     steps: tuple[Step, ...]
     two_walks: walks.TwoWalks | None = None  # recorded too, for unfiltered searches of 10 rows
+    # Not recorded: two walks that meet the target but not the floor (--allow-below-default).
+    two_walks_below_default: walks.TwoWalks | None = None
 
 
 def tune(
@@ -98,9 +100,9 @@ def tune(
             break
     best = choose(steps, target, floor)
     reached = meets(best, target, floor)
-    pair = None
+    pair = below = None
     if two_walks and reached and k == walks.K:
-        pair = walks.measure(conn, spec, vectors, exact, best.ef_search, target, floor)
+        pair, below = walks.measure(conn, spec, vectors, exact, best.ef_search, target, floor)
     record(conn, spec.name, best.ef_search, pair)
     return Tuning(
         model=spec.name,
@@ -115,6 +117,7 @@ def tune(
         reached=reached,
         steps=tuple(steps),
         two_walks=pair,
+        two_walks_below_default=below,
     )
 
 

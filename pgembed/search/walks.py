@@ -6,7 +6,7 @@ them on average. So: a narrow first walk for every query, and a wide second one 
 whose first walk's 10 rows are at a mean cosine distance of a cutoff or more (the nearest row's
 distance alone picks them worse). On a million review passages, first walks of 225 and a second
 of 1000 for the 23 % of tune's queries past the cutoff gave recall@10 0.952 on other queries at a
-median search of 9.4 ms against 19.6 for one walk of 541 (BENCHMARKS.md, "Search at scale").
+median search of 9.2 ms against 19.3 for one walk of 541 (BENCHMARKS.md, "Search at scale").
 The cutoff is a distance in the model's own space, different for each model and corpus, so it is
 measured on the model's queries, never assumed. pgembed.search applies what is recorded
 (pgembed/sql/definitions/30_search.sql, $second$).
@@ -61,13 +61,14 @@ def measure(
     one_walk: int,
     target: float,
     floor: float,
-) -> TwoWalks | None:
+) -> tuple[TwoWalks | None, TwoWalks | None]:
     """The two walks that meet `target` (95 % sure) and `floor` as the one walk of `one_walk`
-    does, with the narrowest first walk (the median search's), walking less than it on average;
-    None when there are none. For a model one index answers (a chunked model's search merges
-    two), with rows' exact top 10."""
+    does, with the narrowest first walk (the median search's), walking less than it on average
+    (None when there are none); and, when there are none but the target alone would let some
+    be, those (what --allow-below-default would record). For a model one index answers (a
+    chunked model's search merges two), with rows' exact top 10."""
     if spec.chunked or any(e and len(e) < K for e in exact):
-        return None  # fewer than 10 rows: no walk is narrow
+        return None, None  # fewer than 10 rows: no walk is narrow
     keep = [i for i, e in enumerate(exact) if e]
     exact = [exact[i] for i in keep]
 
@@ -78,9 +79,12 @@ def measure(
 
     firsts = [First(ef, *walked(ef)) for ef in FIRSTS if ef <= one_walk // 2]
     if not firsts:
-        return None
+        return None, None
     seconds = {ef: walked(ef)[0] for ef in sorted({one_walk, WIDEST})}
-    return choose(firsts, seconds, target, floor, one_walk)
+    pair = choose(firsts, seconds, target, floor, one_walk)
+    if pair is not None or floor <= 0:
+        return pair, None
+    return None, choose(firsts, seconds, target, 0.0, one_walk)
 
 
 def choose(

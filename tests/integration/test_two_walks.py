@@ -180,3 +180,16 @@ def test_the_text_output_names_the_two_walks(shop_url: str) -> None:
     assert result.exit_code == 0, result.output
     assert "model minilm: ef_search 200 recorded" in result.output
     assert "and two walks for unfiltered searches of 10 rows: ef_search 40, then" in result.output
+
+
+def test_two_walks_below_the_floor_are_named_not_recorded(shop_url: str) -> None:
+    with db.connection(shop_url) as conn:
+        spec = registry.get(conn, "minilm")
+        texts = tune.excerpts(conn, spec, 60)
+        encoded = embedder.get(settings_of(spec)).encode_queries(texts)
+        exact = topk.exact(conn, spec, encoded, 10)
+        # A floor no walk reaches (the untuned recall, were it above 1): none kept, and the ones
+        # the target alone allows named, for --allow-below-default.
+        kept, below = walks.measure(conn, spec, encoded, exact, 200, 0.5, 1.01)
+        assert kept is None and below is not None and below.first == 40
+        assert walks.measure(conn, spec, encoded, exact, 200, 0.5, 0.0) == (below, None)
