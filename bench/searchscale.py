@@ -227,6 +227,16 @@ class Way:
     hits: list[int] = field(default_factory=list)
     ordered: list[bool] = field(default_factory=list)
 
+    def add(self, started: float, found: list[Any], best: list[int]) -> None:
+        """One search begun at perf_counter `started`: its (key, similarity) rows, and the
+        exact top keys it is judged against (of min(K, matching) rows)."""
+        self.ms.append((time.perf_counter() - started) * 1000)
+        want = min(K, len(best))
+        self.recall.append(len({row[0] for row in found} & set(best)) / want if want else 1.0)
+        self.hits.append(len(found))
+        sims = [row[1] for row in found]
+        self.ordered.append(sims == sorted(sims, reverse=True))
+
     def summary(self) -> dict[str, float]:
         return {
             "p50": median(self.ms),
@@ -269,8 +279,11 @@ def tuning_texts(held_out: list[str]) -> list[str]:
     return texts
 
 
-def measure(url: str, table: str, queries: np.ndarray) -> dict[str, dict[str, dict[str, float]]]:
-    """Every filter: pgembed.search, raw SQL (pgvector's defaults) and the docs' recipe."""
+def measure(
+    url: str, table: str, queries: np.ndarray
+) -> tuple[dict[str, dict[str, dict[str, float]]], list[list[int]]]:
+    """Every filter: pgembed.search, raw SQL (pgvector's defaults) and the docs' recipe; and
+    the exact top 10 without a filter, which the tuned search and the sweep are judged by."""
     with db.connection(url) as conn:
         register_vector(conn)
         spec = registry.get(conn, table)
@@ -278,27 +291,21 @@ def measure(url: str, table: str, queries: np.ndarray) -> dict[str, dict[str, di
         column = spec.embedding_column
         warm(conn, table, column, queries)
         results: dict[str, dict[str, dict[str, float]]] = {}
+        truths: dict[str, list[list[int]]] = {}
         for label, filter in FILTERS.items():
             where = WHERE[label]
             ways = {"search": Way(), "raw": Way(), "recipe": Way()}
             qs = [Vector(q) for q in queries]
-            truth = [exact(conn, table, column, where, q) for q in qs]
+            truth = truths[label] = [exact(conn, table, column, where, q) for q in qs]
             for q in qs[:5]:  # warm the caches
                 _way(conn, "search", table, column, filter, where, q)
             for q, best in zip(qs, truth, strict=True):
                 for way, timed in ways.items():
                     started = time.perf_counter()
-                    found = _way(conn, way, table, column, filter, where, q)
-                    timed.ms.append((time.perf_counter() - started) * 1000)
-                    keys = [row[0] for row in found]
-                    want = min(K, len(best))
-                    timed.recall.append(len(set(keys) & set(best)) / want if want else 1.0)
-                    timed.hits.append(len(keys))
-                    sims = [row[1] for row in found]
-                    timed.ordered.append(sims == sorted(sims, reverse=True))
+                    timed.add(started, _way(conn, way, table, column, filter, where, q), best)
             results[label] = {way: w.summary() for way, w in ways.items()}
             print(f"searchscale: {table} {label}: {results[label]}", flush=True)
-        return results
+        return results, truths["none"]
 
 
 def warm(conn: psycopg.Connection, table: str, column: str, queries: np.ndarray) -> None:
@@ -311,10 +318,12 @@ def warm(conn: psycopg.Connection, table: str, column: str, queries: np.ndarray)
             conn.execute(_raw(table, column, ""), (Vector(q), Vector(q))).fetchall()
 
 
-def tuned(url: str, table: str, queries: np.ndarray, texts: list[str]) -> dict[str, Any]:
+def tuned(
+    url: str, table: str, queries: np.ndarray, texts: list[str], truth: list[list[int]]
+) -> dict[str, Any]:
     """`pgembed tune` on `texts`; then the unfiltered pgembed.search untuned and tuned in turn,
-    PASSES passes each (the catalog switched between them): the medians of the passes' figures,
-    and in each pass the tuned p50 over the untuned one."""
+    PASSES passes each (the catalog switched between them), judged by `truth` (measure's): the
+    medians of the passes' figures, and in each pass the tuned p50 over the untuned one."""
     with db.connection(url) as conn:
         register_vector(conn)
         spec = registry.get(conn, table)
@@ -324,7 +333,6 @@ def tuned(url: str, table: str, queries: np.ndarray, texts: list[str]) -> dict[s
         )
         seconds = time.monotonic() - started
         qs = [Vector(q) for q in queries]
-        truth = [exact(conn, table, spec.embedding_column, "", q) for q in qs]
         settings = {"untuned": (None, None), "tuned": (tuning.ef_search, tuning.two_walks)}
         passes: dict[str, list[dict[str, float]]] = {label: [] for label in settings}
         for _ in range(PASSES):
@@ -352,12 +360,7 @@ def _searched(
     way = Way()
     for q, best in zip(qs, truth, strict=True):
         started = time.perf_counter()
-        found = _way(conn, "search", table, "", None, "", q)
-        way.ms.append((time.perf_counter() - started) * 1000)
-        way.recall.append(len({row[0] for row in found} & set(best)) / K)
-        way.hits.append(len(found))
-        sims = [row[1] for row in found]
-        way.ordered.append(sims == sorted(sims, reverse=True))
+        way.add(started, _way(conn, "search", table, "", None, "", q), best)
     return way.summary()
 
 
@@ -393,15 +396,14 @@ def _recipe(conn: psycopg.Connection, table: str, column: str, where: str, q: Ve
 
 
 def sweep(
-    url: str, table: str, queries: np.ndarray, efforts: tuple[int, ...]
+    url: str, table: str, queries: np.ndarray, efforts: tuple[int, ...], truth: list[list[int]]
 ) -> list[dict[str, float]]:
-    """Raw SQL's recall@10 and latency at each hnsw.ef_search (strict order, no filter): what
-    the default effort trades (_default_ef_v1)."""
+    """Raw SQL's recall@10 and latency at each hnsw.ef_search (strict order, no filter), judged
+    by `truth` (measure's): what the default effort trades (_default_ef_v1)."""
     with db.connection(url) as conn:
         register_vector(conn)
         column = registry.get(conn, table).embedding_column
         qs = [Vector(q) for q in queries]
-        truth = [exact(conn, table, column, "", q) for q in qs]
         measured = []
         for ef in efforts:
             conn.execute(sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(ef)))
@@ -410,9 +412,7 @@ def sweep(
                 conn.execute(_raw(table, column, ""), (q, q)).fetchall()
             for q, best in zip(qs, truth, strict=True):
                 started = time.perf_counter()
-                keys = [row[0] for row in conn.execute(_raw(table, column, ""), (q, q))]
-                way.ms.append((time.perf_counter() - started) * 1000)
-                way.recall.append(len(set(keys) & set(best)) / K)
+                way.add(started, conn.execute(_raw(table, column, ""), (q, q)).fetchall(), best)
             measured.append({"ef_search": ef, **way.summary()})
             print(f"searchscale: {table} ef_search {ef}: {measured[-1]}", flush=True)
         conn.execute("RESET hnsw.ef_search")
@@ -433,14 +433,18 @@ def run(
     if build_only:
         return {"built": {k: vars(v) for k, v in built.items()}}
     texts = tuning_texts(file_corpus(corpus, 10**9)[-QUERIES:])
+    measured, truths = {}, {}
+    for table in built:
+        measured[table], truths[table] = measure(url, table, queries)
     result: dict[str, Any] = {
         "precision": precision,
         "built": {k: vars(v) for k, v in built.items()},
-        "measured": {name(n): measure(url, name(n), queries) for n in sizes},
-        "tuned": {name(n): tuned(url, name(n), queries, texts) for n in sizes},
+        "measured": measured,
+        "tuned": {t: tuned(url, t, queries, texts, truths[t]) for t in built},
     }
     if efforts:
-        result["sweep"] = {name(max(sizes)): sweep(url, name(max(sizes)), queries, efforts)}
+        largest = name(max(sizes))
+        result["sweep"] = {largest: sweep(url, largest, queries, efforts, truths[largest])}
     return result
 
 

@@ -173,6 +173,11 @@ def key_is(
     return sql.SQL("{} {} {}").format(key_at(spec, alias, column), key_equals(spec), other)
 
 
+def key_in(spec: ModelSpec, alias: str, column: str | None = None) -> sql.Composable:
+    """key_is ANY of the statement's array parameter of keys (text, cast to key_type)."""
+    return key_is(spec, alias, sql.SQL("ANY(%s::{}[])").format(key_type(spec)), column)
+
+
 def key_greater(spec: ModelSpec) -> sql.Composable:
     """The `>` of the same (a backfill's pages walk the key's index in its order)."""
     return sql.SQL(spec.key_greater or "OPERATOR(pg_catalog.>)")  # type: ignore[arg-type,unused-ignore]

@@ -42,7 +42,7 @@ class ModelSpec:
     # the sparser one needs ~1000 (2.5 times the latency); the build costs 2.4 times as long
     # (BENCHMARKS.md, "Search at scale").
     hnsw_ef_construction: int = 200
-    ef_search: int | None = None
+    ef_search: int | None = None  # by tune; its two walks (0018) are read by pgembed.search only
     version: int = 1
     shadow_of: str | None = None  # set on a reindex's shadow: the model it will replace
     precision: str = "fp32"  # what every encoder of this model computes in (see precision.py)
@@ -52,13 +52,6 @@ class ModelSpec:
     # The columns embedded together, joined by a newline; the first is text_column.
     text_columns: tuple[str, ...] = ()
     long_texts: str = "truncate"  # or "chunk": see LONG_TEXTS
-    # `pgembed tune`'s two walks for an unfiltered search of 10 rows (None: one walk of
-    # ef_search): the second, wider walk when the first's 10 rows are this far on average, or more.
-    # Never inserted (a new model or version has none: `tuned`), and read as null from a
-    # catalog older than them (0018), so that `model add` works there until it is migrated.
-    first_walk_ef_search: int | None = field(default=None, metadata={"tuned": True})
-    second_walk_ef_search: int | None = field(default=None, metadata={"tuned": True})
-    second_walk_mean_distance: float | None = field(default=None, metadata={"tuned": True})
     # How statements compare the key column, so that its index answers (pgembed._key_v1): the
     # type a key's text is cast to and its `=` and `>`, schema-qualified. Read from the table
     # with the model, never stored; None where not read (naming falls back to key_type).
@@ -92,18 +85,10 @@ class ModelSpec:
         return asdict(self)
 
 
-_COLUMNS = [
-    (
-        f"pg_catalog.to_jsonb(m) -> '{f.name}' AS {f.name}"
-        if f.metadata.get("tuned")
-        else "m." + f.name
-    )
-    for f in fields(ModelSpec)
-    if not f.metadata.get("derived")
-]
+_COLUMNS = [f.name for f in fields(ModelSpec) if not f.metadata.get("derived")]
 _KEY = "pgembed._key_v1(m.table_schema, m.table_name, m.key_column)"
 _SELECT = (
-    f"SELECT {', '.join(_COLUMNS)}, k.cast_to AS key_cast, "
+    f"SELECT {', '.join('m.' + c for c in _COLUMNS)}, k.cast_to AS key_cast, "
     f"k.equals AS key_equals, k.greater AS key_greater FROM pgembed.models m, {_KEY} k"
 )
 # The one read of the catalog's rows, as dict rows that `from_row` (or `found`) turns into
@@ -211,11 +196,10 @@ def exists(conn: psycopg.Connection, name: str) -> bool:
 
 def insert(conn: psycopg.Connection, spec: ModelSpec) -> None:
     values = {**spec.as_dict(), "text_columns": list(spec.text_columns)}
-    columns = [f.name for f in fields(ModelSpec) if not f.metadata]
-    placeholders = ", ".join(f"%({c})s" for c in columns)
+    placeholders = ", ".join(f"%({c})s" for c in _COLUMNS)
     try:
         conn.execute(
-            f"INSERT INTO pgembed.models ({', '.join(columns)}) VALUES ({placeholders})", values
+            f"INSERT INTO pgembed.models ({', '.join(_COLUMNS)}) VALUES ({placeholders})", values
         )
     except psycopg.errors.UniqueViolation as exc:  # a concurrent `model add` of the name first
         if exc.diag.constraint_name != "models_pkey":

@@ -297,14 +297,13 @@ def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec, *, chunks: bool)
     changed = [k for k, _ in rows]
     if changed:
         # By the key's own type, as the daemon's write does: the key index finds the few rows.
-        key_type = naming.key_type(spec)
         conn.execute(
             sql.SQL(
                 "UPDATE {table} t SET {vector} = NULL WHERE {vector} IS NOT NULL AND {matches}"
             ).format(
                 table=table,
                 vector=sql.Identifier(spec.embedding_column),
-                matches=naming.key_is(spec, "t", sql.SQL("ANY (%s::{}[])").format(key_type)),
+                matches=naming.key_in(spec, "t"),
             ),
             (changed,),
         )
@@ -312,7 +311,7 @@ def _requeue_changed(conn: psycopg.Connection, spec: ModelSpec, *, chunks: bool)
             conn.execute(
                 sql.SQL("DELETE FROM {} c WHERE {}").format(
                     naming.chunk_table(spec),
-                    naming.key_is(spec, "c", sql.SQL("ANY (%s::{}[])").format(key_type), "key"),
+                    naming.key_in(spec, "c", "key"),
                 ),
                 (changed,),
             )

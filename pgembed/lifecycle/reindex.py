@@ -97,10 +97,6 @@ def new_version(spec: ModelSpec, change: Change) -> ModelSpec:
         version=spec.version + 1,
         shadow_of=spec.name,
         long_texts=_pick(change.long_texts, spec.long_texts),
-        # Two walks' cutoff is a distance among the old vectors: one walk until tuned again.
-        first_walk_ef_search=None,
-        second_walk_ef_search=None,
-        second_walk_mean_distance=None,
     )
 
 

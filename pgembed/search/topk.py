@@ -30,11 +30,21 @@ def _names(conn: psycopg.Connection, spec: ModelSpec) -> dict[str, sql.Composabl
     }
 
 
-def _top_k(conn: psycopg.Connection, spec: ModelSpec, tie_break: bool) -> sql.Composed:
+def _top_k(
+    conn: psycopg.Connection, spec: ModelSpec, tie_break: bool, distance: bool = False
+) -> sql.Composed:
+    """Each row's key (and with `distance` its distance), nearest first."""
+    names = _names(conn, spec)
     return sql.SQL(
-        "SELECT t.{key}::text FROM {table} t WHERE t.{col} IS NOT NULL "
+        "SELECT t.{key}::text{distances} FROM {table} t WHERE t.{col} IS NOT NULL "
         "ORDER BY t.{col} {distance} %(q)s{tie} LIMIT %(k)s"
-    ).format(**_names(conn, spec), tie=sql.SQL(", 1") if tie_break else sql.SQL(""))
+    ).format(
+        **names,
+        distances=sql.SQL(", t.{} {} %(q)s").format(names["col"], names["distance"])
+        if distance
+        else sql.SQL(""),
+        tie=sql.SQL(", 1") if tie_break else sql.SQL(""),
+    )
 
 
 def _best_windows(conn: psycopg.Connection, spec: ModelSpec) -> sql.Composed:
@@ -84,10 +94,7 @@ def nearest(
     """One walk of the (unchunked) model's HNSW index at `ef_search` per vector, as
     pgembed.search's first walk: its keys and its rows' mean cosine distance (2, the largest,
     when it found none)."""
-    query = sql.SQL(
-        "SELECT t.{key}::text, t.{col} {distance} %(q)s FROM {table} t WHERE t.{col} IS NOT NULL "
-        "ORDER BY t.{col} {distance} %(q)s LIMIT %(k)s"
-    ).format(**_names(conn, spec))
+    query = _top_k(conn, spec, tie_break=False, distance=True)
     walks = []
     with conn.transaction():
         _prefer_index(conn, ef_search)

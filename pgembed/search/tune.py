@@ -212,7 +212,7 @@ def record(
 ) -> None:
     """The model's ef_search, and its two walks (None: one walk; older ones are forgotten)."""
     conn.execute(
-        sqlfiles.get("catalog", "set_ef_search"),
+        sqlfiles.get("catalog", "set_tuning"),
         {
             "name": name,
             "ef_search": ef_search,

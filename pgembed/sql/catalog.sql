@@ -43,7 +43,7 @@ WHERE name = %(name)s AND version = %(version)s;
 -- `pgembed alter-table` records the key column's new type (the daemon's casts use it).
 UPDATE pgembed.models SET key_type = %(key_type)s WHERE name = %(name)s;
 
--- name: set_ef_search
+-- name: set_tuning
 -- `pgembed tune` records the model's hnsw.ef_search (NULL: pgembed's default for the table's
 -- size) and its two walks (NULL: one walk).
 UPDATE pgembed.models SET ef_search = %(ef_search)s,

@@ -87,7 +87,7 @@ def read(conn: psycopg.Connection, spec: ModelSpec, keys: Sequence[str]) -> list
         text=text,
         first_word=texts.first_word_sql(text),
         table=naming.table(spec),
-        matches=naming.key_is(spec, "t", sql.SQL("ANY(%s::{}[])").format(naming.key_type(spec))),
+        matches=naming.key_in(spec, "t"),
     )
     with conn.transaction():
         row_security_errors(conn)
@@ -379,9 +379,7 @@ def write_chunks(
         return
     table, key_type = naming.chunk_table(spec), naming.key_type(spec)
     conn.execute(
-        sql.SQL("DELETE FROM {} c WHERE {}").format(
-            table, naming.key_is(spec, "c", sql.SQL("ANY(%s::{}[])").format(key_type), "key")
-        ),
+        sql.SQL("DELETE FROM {} c WHERE {}").format(table, naming.key_in(spec, "c", "key")),
         (sorted(written),),
     )
     kept = sorted((c for c in chunks if c[0] in written), key=lambda c: (c[0], c[1]))

@@ -7,6 +7,7 @@ ends (`Client`, the CLI, `serve`, SQLAlchemy) search through pgembed.search: the
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import psycopg
 from psycopg import sql
@@ -16,6 +17,7 @@ from pgembed import db
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
+from pgembed.encode.embedder import Vectors
 from pgembed.encode.settings import settings_of
 from pgembed.search import topk, tune, walks
 
@@ -40,9 +42,39 @@ def walked(conn: psycopg.Connection, spec: ModelSpec, statement: str, *params: o
         return scans(conn, spec) - before
 
 
+def encode(spec: ModelSpec, texts: Sequence[str]) -> Vectors:
+    return embedder.get(settings_of(spec)).encode_queries(list(texts))
+
+
+def literal(vector: Sequence[float]) -> str:
+    return str([float(x) for x in vector])
+
+
 def vectors(spec: ModelSpec, *texts: str) -> list[str]:
-    encoded = embedder.get(settings_of(spec)).encode_queries(list(texts))
-    return [str([float(x) for x in v]) for v in encoded]
+    return [literal(v) for v in encode(spec, texts)]
+
+
+def recorded(conn: psycopg.Connection) -> tuple[object, ...]:
+    """The model's two walks as the catalog holds them: first, second, mean distance."""
+    row = conn.execute(
+        "SELECT first_walk_ef_search, second_walk_ef_search, second_walk_mean_distance "
+        "FROM pgembed.models WHERE name = 'minilm'"
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def server_ef_search(shop_url: str, value: int | None) -> None:
+    """The database's own hnsw.ef_search (None: reset), as a DBA would set it."""
+    with psycopg.connect(shop_url, autocommit=True) as conn:
+        conn.execute("LOAD 'vector'")
+        name = sql.Identifier(conn.info.dbname)
+        setting = (
+            sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(value))
+            if value
+            else sql.SQL("RESET hnsw.ef_search")
+        )
+        conn.execute(sql.SQL("ALTER DATABASE {} {}").format(name, setting))
 
 
 def mean_distance(conn: psycopg.Connection, query: str) -> float:
@@ -129,16 +161,12 @@ def test_a_new_graph_or_version_forgets_the_two_walks(shop_url: str) -> None:
         result = cli("--database-url", shop_url, "reindex", "minilm", *command)
         assert result.exit_code == 0, result.output
         with db.connection(shop_url) as conn:
-            spec = registry.get(conn, "minilm")
-        assert spec.first_walk_ef_search is None and spec.second_walk_mean_distance is None
+            assert recorded(conn) == (None, None, None)
 
 
 def test_tune_records_two_walks_that_search_follows(shop_url: str) -> None:
-    with psycopg.connect(shop_url, autocommit=True) as conn:
-        conn.execute("LOAD 'vector'")
-        name = sql.Identifier(conn.info.dbname)
-        # A wider default walk (200, the floor), so that a first walk of 40 is worth measuring.
-        conn.execute(sql.SQL("ALTER DATABASE {} SET hnsw.ef_search = 200").format(name))
+    # A wider default walk (200, the floor), so that a first walk of 40 is worth measuring.
+    server_ef_search(shop_url, 200)
     result = cli("--database-url", shop_url, "tune", "minilm", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
@@ -147,19 +175,18 @@ def test_tune_records_two_walks_that_search_follows(shop_url: str) -> None:
     assert pair["first"] == 40 and pair["second"] in (200, 1000)
     assert pair["lower"] >= report["target"] and pair["recall"] >= report["default_recall"]
     assert pair["twice"] <= walks.MOST_TWICE and pair["effort"] < 200
-    with psycopg.connect(shop_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("ALTER DATABASE {} RESET hnsw.ef_search").format(name))
+    server_ef_search(shop_url, None)
     with db.connection(shop_url) as conn:
         spec = registry.get(conn, "minilm")
-        assert (spec.first_walk_ef_search, spec.second_walk_ef_search) == (40, pair["second"])
-        assert spec.second_walk_mean_distance == pair["distance"]
+        assert recorded(conn)[:2] == (40, pair["second"])
+        assert recorded(conn)[2] == pair["distance"]
         # tune's queries, searched: the ones whose first walk's rows are at the mean distance
         # or more walk twice, the others once, in the share tune measured.
         texts = tune.excerpts(conn, spec, 200)  # tune's, at its default --sample
         assert len(texts) == report["sample"]
-        encoded = embedder.get(settings_of(spec)).encode_queries(texts)
+        encoded = encode(spec, texts)
         firsts = topk.nearest(conn, spec, encoded, 10, 40)
-        counts = [walked(conn, spec, SEARCH, str([float(x) for x in v]), 10) for v in encoded]
+        counts = [walked(conn, spec, SEARCH, literal(v), 10) for v in encoded]
     expected = [2 if d >= pair["distance"] else 1 for _, d in firsts]
     assert counts == expected
     assert sum(c == 2 for c in counts) / len(counts) == pair["twice"]
@@ -168,14 +195,11 @@ def test_tune_records_two_walks_that_search_follows(shop_url: str) -> None:
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["two_walks"] is None
     with db.connection(shop_url) as conn:
-        assert registry.get(conn, "minilm").first_walk_ef_search is None
+        assert recorded(conn)[0] is None
 
 
 def test_the_text_output_names_the_two_walks(shop_url: str) -> None:
-    with psycopg.connect(shop_url, autocommit=True) as conn:
-        conn.execute("LOAD 'vector'")
-        name = sql.Identifier(conn.info.dbname)
-        conn.execute(sql.SQL("ALTER DATABASE {} SET hnsw.ef_search = 200").format(name))
+    server_ef_search(shop_url, 200)
     result = cli("--database-url", shop_url, "tune", "minilm", "--sample", "60")
     assert result.exit_code == 0, result.output
     assert "model minilm: ef_search 200 recorded" in result.output
@@ -186,7 +210,7 @@ def test_two_walks_below_the_floor_are_named_not_recorded(shop_url: str) -> None
     with db.connection(shop_url) as conn:
         spec = registry.get(conn, "minilm")
         texts = tune.excerpts(conn, spec, 60)
-        encoded = embedder.get(settings_of(spec)).encode_queries(texts)
+        encoded = encode(spec, texts)
         exact = topk.exact(conn, spec, encoded, 10)
         # A floor no walk reaches (the untuned recall, were it above 1): none kept, and the ones
         # the target alone allows named, for --allow-below-default.
