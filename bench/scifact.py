@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         "--batch-size",
         type=int,
         default=defaults.CPU_CLAIM_SIZE,
-        help="keys claimed at once, as `pgembed sync --batch-size`",
+        help="keys claimed at once, as `pgembed sync --claim-size`",
     )
     parser.add_argument(
         "--precision",

@@ -15,7 +15,6 @@ from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.cli.app import App, stopping
 from pgembed.cli.progress import SetupLines, describe_build
-from pgembed.cli.sync import deprecated_batch_size
 from pgembed.encode import hardware
 from pgembed.errors import UsageError
 from pgembed.lifecycle import backfill, indexbuild, reindex
@@ -68,7 +67,7 @@ def fill_options(command: F) -> F:
         ]
     ):
         command = option(command)
-    return deprecated_batch_size(command)
+    return command
 
 
 def hnsw_options(command: F) -> F:
@@ -87,7 +86,7 @@ def run_options(kw: dict[str, Any]) -> reindex.Options:
     `pgembed sync` and `model add --backfill` resolve it (hardware.resolve_device)."""
     return reindex.Options(
         device=hardware.resolve_device(kw["device"]),
-        claim_size=kw["claim_size"] or kw["batch_size"] or defaults.REINDEX_CLAIM_SIZE,
+        claim_size=kw["claim_size"] or defaults.REINDEX_CLAIM_SIZE,
         lease_seconds=kw["lease_seconds"],
         max_attempts=kw["max_attempts"],
         build=indexbuild.BuildSettings(kw["maintenance_work_mem"], kw["parallel_workers"]),

@@ -5,9 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 import click
 import psycopg
@@ -22,26 +20,6 @@ from pgembed.embedded import server
 from pgembed.encode import hardware
 from pgembed.errors import DatabaseError
 from pgembed.sync import store, worker
-
-F = Callable[..., Any]
-
-
-def _warn_batch_size(_ctx: click.Context, _param: click.Parameter, value: int | None) -> int | None:
-    if value is not None:
-        click.echo("pgembed: --batch-size is deprecated: it is now --claim-size", err=True)
-    return value
-
-
-def deprecated_batch_size(command: F) -> F:
-    """`--batch-size`, the old name of `--claim-size` (the keys claimed at once, not the texts
-    per encode call), kept hidden for one release: it says so on stderr."""
-    return click.option(
-        "--batch-size",
-        type=click.IntRange(1, 10_000),
-        hidden=True,
-        callback=_warn_batch_size,
-        help="Deprecated: use --claim-size.",
-    )(command)
 
 
 @click.command("sync")
@@ -58,7 +36,6 @@ def deprecated_batch_size(command: F) -> F:
     type=click.IntRange(1, 10_000),
     help="Keys claimed at once, encoded in length-sorted batches. Default: 256, on a GPU 1024.",
 )
-@deprecated_batch_size
 @click.option(
     "--lease-seconds",
     type=click.FloatRange(min=1),
@@ -93,7 +70,6 @@ def sync_cmd(
     once: bool,
     model_names: tuple[str, ...],
     claim_size: int | None,
-    batch_size: int | None,
     lease_seconds: float,
     poll_seconds: float,
     max_attempts: int,
@@ -106,7 +82,7 @@ def sync_cmd(
     device = hardware.resolve_device(device)
     options = worker.Options(
         models=model_names,
-        claim_size=claim_size or batch_size or defaults.claim_size(device),
+        claim_size=claim_size or defaults.claim_size(device),
         lease_seconds=lease_seconds,
         poll_seconds=poll_seconds,
         max_attempts=max_attempts,

@@ -151,13 +151,3 @@ def test_status_reports_progress(spec: registry.ModelSpec, db_url: str) -> None:
     after = json.loads(cli("--database-url", db_url, "status", "--json").output)[0]
     assert after["queued"] == 0 and after["rows_embedded"] == 8
     assert after["oldest_queued_seconds"] is None
-
-
-def test_batch_size_is_a_deprecated_name_of_claim_size(
-    spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
-) -> None:
-    result = cli("--database-url", db_url, "sync", "--once", "--batch-size", "3")
-    assert result.exit_code == 0, result.output
-    assert "8 written" in result.output
-    assert "pgembed: --batch-size is deprecated: it is now --claim-size" in result.stderr
-    assert "--batch-size" not in cli("sync", "--help").output  # hidden; --claim-size is shown

@@ -27,7 +27,6 @@ ALTER_NAMES: dict[str, str | None] = {
     "m": "hnsw_m",  # --m and --ef-construction are HNSW's; Python names them so
     "ef_construction": "hnsw_ef_construction",
     "no_wait": "wait",
-    "batch_size": None,  # --claim-size's deprecated earlier name, kept for the CLI's users only
     "database_url": "database_url",
 }
 

@@ -81,10 +81,8 @@ def test_reindex_encodes_where_sync_would(
         _fill_options(command, [*args, "--device", "cuda"])
 
 
-def test_claim_size_and_its_deprecated_name(capsys: pytest.CaptureFixture[str]) -> None:
+def test_claim_size(capsys: pytest.CaptureFixture[str]) -> None:
     command = cli_reindex.reindex_cmd
     assert _fill_options(command, ["m"]).claim_size == defaults.REINDEX_CLAIM_SIZE
     assert _fill_options(command, ["m", "--claim-size", "8"]).claim_size == 8
     assert capsys.readouterr().err == ""
-    assert _fill_options(command, ["m", "--batch-size", "9"]).claim_size == 9
-    assert "--batch-size is deprecated" in capsys.readouterr().err
