@@ -37,6 +37,7 @@ from bench.env import embedded_server, file_corpus
 from pgembed import db, migrate
 from pgembed.lifecycle import models, status
 from pgembed.sync import store
+from tests.daemon_helpers import claim_plan
 from tests.helpers import with_database
 
 START, END = "<!-- bench:scale:start -->", "<!-- bench:scale:end -->"
@@ -268,7 +269,7 @@ def _claims(conn: psycopg.Connection, url: str, result: Size) -> None:
             result.status_exact_ms = elapsed
         else:
             result.status_ms, result.status_counts = elapsed, report[0]["counts"]
-    plan = store.claim_plan(conn, "scale", CLAIM)
+    plan = claim_plan(conn, "scale", CLAIM)
     result.claim_plan = ", ".join(
         line.strip(" ->").split(" on ")[0] for line in plan if "Scan" in line
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import psycopg
 
+from pgembed import sqlfiles
 from pgembed.encode import embedder
 
 
@@ -106,3 +107,13 @@ def _pg_ctl(action: str) -> bool:
     user = owner if os.geteuid() == 0 and owner != 0 else None
     pg_ctl(["-w", "-m", "fast", action], pgdata=pgdata, user=user)
     return True
+
+
+def claim_plan(conn: psycopg.Connection, model: str, limit: int) -> list[str]:
+    """The plan store.claim runs with (EXPLAIN, nothing claimed): the scale test and benchmark
+    check it reads the ready index up to its limit, whatever the statistics say."""
+    params = {"model": model, "worker": "", "limit": limit, "lease": 0}
+    with conn.transaction():
+        conn.execute(sqlfiles.get("sync", "claim_by_index"))
+        rows = conn.execute("EXPLAIN " + sqlfiles.get("sync", "claim"), params).fetchall()
+    return [str(row[0]) for row in rows]

@@ -52,15 +52,6 @@ def claim(
     return [Claim(key, seq, attempts) for key, seq, attempts in rows]
 
 
-def claim_plan(conn: psycopg.Connection, model: str, limit: int) -> list[str]:
-    """The plan `claim` runs with (EXPLAIN, nothing claimed): tests and the scale benchmark."""
-    params = {"model": model, "worker": "", "limit": limit, "lease": 0}
-    with conn.transaction():
-        conn.execute(sqlfiles.get("sync", "claim_by_index"))
-        rows = conn.execute("EXPLAIN " + sqlfiles.get("sync", "claim"), params).fetchall()
-    return [str(row[0]) for row in rows]
-
-
 def transfer(conn: psycopg.Connection, model: str, limit: int = 10_000) -> int:
     """Move captured inserts from the inbox to the queue; returns how many keys were moved."""
     cur = conn.execute(sqlfiles.get("sync", "transfer"), {"model": model, "limit": limit})

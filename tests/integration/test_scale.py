@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from pgvector import Vector
 
-from daemon_helpers import wait_for
+from daemon_helpers import claim_plan, wait_for
 from helpers import REVIEWS, cli
 from pgembed import Client
 from pgembed.catalog.registry import ModelSpec
@@ -50,7 +50,7 @@ def test_claim_plan_ignores_stale_statistics(conn: psycopg.Connection) -> None:
     for fresh in (False, True):
         if fresh:
             conn.execute("ANALYZE pgembed.queue")
-        plan = "\n".join(store.claim_plan(conn, "new", 256))
+        plan = "\n".join(claim_plan(conn, "new", 256))
         assert "Tid Scan on queue" in plan, plan
         assert "Index Scan using queue_ready_idx on queue" in plan, plan
         assert "Nested Loop" not in plan and "Seq Scan" not in plan and "Sort" not in plan, plan
