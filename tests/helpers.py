@@ -26,6 +26,9 @@ from pgembed.catalog import registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.cli import main
 from pgembed.lifecycle import models
+from pgembed.search import planner
+from pgembed.search.plan import execute
+from pgembed.search.planner import Hit, HybridHit, SearchRequest
 from pgembed.sync import batch
 
 REVIEWS = [
@@ -164,3 +167,11 @@ def post_json(url: str, body: object) -> tuple[int, Any]:
     except urllib.error.HTTPError as error:
         with error:
             return error.code, json.loads(error.read())
+
+
+def search_on(
+    conn: psycopg.Connection, spec: ModelSpec, **request: Any
+) -> list[Hit] | list[HybridHit]:
+    """A search (SearchRequest's fields: vector=, similar_to=, text= with hybrid=True, k, ...) on
+    this spec of its model, which may be older than the catalog's, as the front ends plan one."""
+    return execute(conn, planner.plan_for(spec, SearchRequest(spec.name, **request)))

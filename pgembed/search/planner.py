@@ -460,20 +460,6 @@ def run(conn: psycopg.Connection, request: SearchRequest) -> list[Hit] | list[Hy
     return execute(conn, plan(request))
 
 
-def nearest(
-    conn: psycopg.Connection,
-    spec: ModelSpec,
-    vector: Vectors,
-    k: int = 10,
-    filter: Filter | None = None,
-    *,
-    ef_search: int | None = None,
-) -> list[Hit]:
-    """The k rows nearest to `vector`, through pgembed.search (HNSW index)."""
-    request = SearchRequest(spec.name, vector=vector, k=k, filter=filter, ef_search=ef_search)
-    return execute(conn, _nearest_plan(spec, vector, request))
-
-
 def query(
     conn: psycopg.Connection,
     spec: ModelSpec,
@@ -486,36 +472,6 @@ def query(
     """Embed `text` with the model's settings and search (pgembed.search)."""
     request = SearchRequest(spec.name, text=text, k=k, filter=filter, ef_search=ef_search)
     return execute(conn, _query_plan(spec, request))
-
-
-def similar(
-    conn: psycopg.Connection,
-    spec: ModelSpec,
-    key: object,
-    k: int = 10,
-    filter: Filter | None = None,
-    *,
-    ef_search: int | None = None,
-) -> list[Hit]:
-    """The k rows nearest to the row with this key, the row itself excluded (pgembed.similar)."""
-    request = SearchRequest(spec.name, similar_to=key, k=k, filter=filter, ef_search=ef_search)
-    return execute(conn, _similar_plan(spec, request))
-
-
-def hybrid(
-    conn: psycopg.Connection,
-    spec: ModelSpec,
-    text: str,
-    k: int = 10,
-    filter: Filter | None = None,
-    *,
-    ef_search: int | None = None,
-) -> list[HybridHit]:
-    """Reciprocal-rank fusion of vector and full-text rankings (pgembed.hybrid_search)."""
-    request = SearchRequest(
-        spec.name, text=text, k=k, filter=filter, hybrid=True, ef_search=ef_search
-    )
-    return execute(conn, _hybrid_plan(spec, request))
 
 
 def filter_note(conn: psycopg.Connection, request: SearchRequest) -> str | None:

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 from pgvector import Vector
 
-from helpers import cli, plans, writing_vectors
+from helpers import cli, plans, search_on, writing_vectors
 from pgembed.catalog import registry
 from pgembed.encode import embedder
 from pgembed.lifecycle import models
@@ -74,8 +74,8 @@ def test_query_uses_the_hnsw_index(synced: registry.ModelSpec, reviews: psycopg.
             ],
         )
     reviews.execute("ANALYZE reviews")
-    with plans(reviews) as found:  # planner.nearest runs through pgembed.search
-        hits = planner.nearest(reviews, synced, np.ones(384, dtype=np.float32), 5)
+    with plans(reviews) as found:  # a search by vector runs through pgembed.search
+        hits = search_on(reviews, synced, vector=np.ones(384, dtype=np.float32), k=5)
     assert len(hits) == 5
     assert any("Index Scan using pgembed_minilm_hnsw" in plan for plan in found)
 

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from pgvector import Vector
 
-from helpers import cli, run_batch, writing_vectors
+from helpers import cli, run_batch, search_on, writing_vectors
 from pgembed import db
 from pgembed.catalog import ddl, registry
 from pgembed.encode import embedder
@@ -290,7 +290,7 @@ def test_alter_to_a_checkpoint_of_other_dimensions(
     # A caller still holding the 384-dimension spec from before the switch gets the same answer.
     assert planner.query(conn, synced, TEXTS[7], k=1) == hits
     assert cli("--database-url", db_url, "model", "fulltext", "minilm").exit_code == 0
-    assert [h.key for h in planner.hybrid(conn, synced, TEXTS[7], k=1)] == [7]
+    assert [h.key for h in search_on(conn, synced, text=TEXTS[7], hybrid=True, k=1)] == [7]
 
 
 def test_index_only_rebuild_records_new_parameters(

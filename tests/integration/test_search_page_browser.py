@@ -25,6 +25,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
+from helpers import search_on
 from pgembed import db
 from pgembed.catalog import registry
 from pgembed.search import planner
@@ -169,7 +170,7 @@ def test_search_page_in_chromium(
     WebDriverWait(browser, WAIT).until(lambda b: f"similar_to={first}" in b.current_url)
     settled(browser)
     with db.connection(shop_url) as conn:
-        like = planner.similar(conn, registry.get(conn, "minilm"), int(first), 5)
+        like = search_on(conn, registry.get(conn, "minilm"), similar_to=int(first), k=5)
     WebDriverWait(browser, WAIT).until(lambda b: keys_shown(b) == [str(h.key) for h in like])
     assert browser.find_element(By.ID, "like").text == f"rows like #{first}"
 

@@ -24,7 +24,7 @@ import pytest
 from psycopg import sql
 from roles_helpers import as_role, role_maker
 
-from helpers import REVIEWS, cli, database_name, with_database
+from helpers import REVIEWS, cli, database_name, search_on, with_database
 from pgembed import db
 from pgembed.catalog import registry
 from pgembed.errors import UsageError
@@ -105,12 +105,14 @@ def test_k_filter_hybrid_similar_to_and_ef_search(
     assert len(keys) == 3 and all(rating >= 4 for (rating,) in rows)
 
     status, answer = call(url, {"text": text, "model": "minilm", "k": 4, "hybrid": True})
-    assert status == 200 and answer["hits"] == as_json(planner.hybrid(conn, spec, text, 4))
+    assert status == 200 and answer["hits"] == as_json(
+        search_on(conn, spec, text=text, hybrid=True, k=4)
+    )
     assert set(answer["hits"][0]) == {"key", "score", "text"}
 
     for key in (5, "5"):  # a key as the column's JSON type, or as text
         status, answer = call(url, {"similar_to": key, "model": "minilm", "k": 3})
-        assert status == 200 and answer["hits"] == as_json(planner.similar(conn, spec, 5, 3))
+        assert status == 200 and answer["hits"] == as_json(search_on(conn, spec, similar_to=5, k=3))
         assert 5 not in [hit["key"] for hit in answer["hits"]]
 
     body = {"text": text, "model": "minilm", "k": 5, "ef_search": 200}
