@@ -228,8 +228,8 @@ def include_object(
     """Alembic: leave pgembed's tables (its schema's, and chunk tables), `embedding_*` columns and
     `pgembed_*` indexes alone.
 
-    `context.configure(..., include_object=pgembed.orm.include_object)` in env.py. Alembic does
-    not compare triggers, so pgembed's capture triggers need nothing.
+    `context.configure(..., include_object=pgembed.contrib.sqlalchemy.include_object)` in
+    env.py. Alembic does not compare triggers, so pgembed's capture triggers need nothing.
     """
     if type_ == "table":
         return getattr(obj, "schema", None) != SCHEMA and not _chunk_table(name)

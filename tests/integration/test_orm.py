@@ -1,4 +1,4 @@
-"""pgembed.orm with SQLAlchemy 2.0 (and Alembic), against the real database and model."""
+"""pgembed.contrib.sqlalchemy with SQLAlchemy 2.0 (and Alembic), on the real database and model."""
 
 from __future__ import annotations
 

@@ -17,8 +17,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import pgembed
 from helpers import post_json
-from pgembed import db, migrate, orm, roles
+from pgembed import db, migrate, roles
 from pgembed.catalog import registry
+from pgembed.contrib import sqlalchemy as orm
 from pgembed.errors import NotFoundError
 from pgembed.lifecycle import models, setup
 from pgembed.serve.api import Api
