@@ -14,20 +14,21 @@ import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, Unpack
 
 import psycopg
 
 from pgembed import checks, db, defaults, locate, migrate
-from pgembed.catalog import naming, registry
+from pgembed.catalog import registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import hardware
 from pgembed.errors import PgembedError, UsageError
-from pgembed.lifecycle import altertable, indexbuild, reindex, setup
+from pgembed.lifecycle import altertable, indexbuild, options, reindex, setup
 from pgembed.lifecycle import backfill as lifecycle_backfill
 from pgembed.lifecycle import models as lifecycle
 from pgembed.lifecycle import status as lifecycle_status
 from pgembed.lifecycle.altertable import Altered
+from pgembed.lifecycle.generated import AddKeywords, AlterKeywords
 from pgembed.search import plan
 from pgembed.sync import worker
 
@@ -44,36 +45,20 @@ class SyncResult:
     failed: int
 
 
-class ModelOptions(TypedDict, total=False):
-    """`add_model`'s keyword arguments, for the clients' methods of that name."""
+class ModelOptions(AddKeywords, total=False):
+    """`add_model`'s keyword arguments, for the clients' methods of that name: the model's
+    settings (AddKeywords, generated from lifecycle/options.py) and these."""
 
     key: str | None
-    model: str
-    pooling: str | None
-    normalize: bool
-    max_seq_length: int | None
-    query_prefix: str
-    document_prefix: str
     fulltext: bool
-    precision: str
-    long_texts: str
     backfill: bool
     exist_ok: bool
 
 
-class AlterOptions(TypedDict, total=False):
-    """`alter_model`'s keyword arguments, for the clients' methods of that name."""
+class AlterOptions(AlterKeywords, total=False):
+    """`alter_model`'s keyword arguments, for the clients' methods of that name: the settings to
+    change (AlterKeywords, generated from lifecycle/options.py) and these."""
 
-    model: str | None
-    pooling: str | None
-    normalize: bool | None
-    max_seq_length: int | None
-    query_prefix: str | None
-    document_prefix: str | None
-    precision: str | None
-    long_texts: str | None
-    hnsw_m: int | None
-    hnsw_ef_construction: int | None
     wait: bool
     claim_size: int
     lease_seconds: float
@@ -100,23 +85,18 @@ def add_model(
     column: str | Sequence[str],
     *,
     key: str | None = None,
-    model: str = defaults.MODEL,
-    pooling: str | None = None,
-    normalize: bool = True,
-    max_seq_length: int | None = None,
-    query_prefix: str = "",
-    document_prefix: str = "",
     fulltext: bool = False,
-    precision: str = "auto",
-    long_texts: str = "truncate",
     backfill: bool = False,
     exist_ok: bool = False,
     database_url: str | None = None,
+    **settings: Unpack[AddKeywords],
 ) -> ModelSpec:
     """Register model `name` on `table`'s text `column` (or several, embedded together, joined by
     a newline) and queue its rows (`pgembed model add`);
     `sync_once` (or a running `pgembed sync`) embeds them.
 
+    The model's `settings` are `model add`'s options as keywords (`model`, `pooling`, ...: the
+    keys of AddKeywords, with their defaults; what each does: `pgembed model add --help`).
     `long_texts="chunk"` embeds every window of a long text (README: Long texts). With
     `backfill`, the existing rows are embedded in this call, in this thread, then the HNSW index
     is built over them (`model add --backfill`).
@@ -128,20 +108,13 @@ def add_model(
     checks.flag("backfill", backfill)
     checks.flag("exist_ok", exist_ok)
     request = lifecycle.AddRequest(
-        name=name,
-        table=table,
-        column=lifecycle.column_argument(column),
-        key=key,
-        model_ref=model,
-        pooling=pooling,
-        normalize=normalize,
-        max_seq_length=max_seq_length,
-        query_prefix=query_prefix,
-        document_prefix=document_prefix,
+        name,
+        table,
+        lifecycle.column_argument(column),
+        key,
         fulltext=fulltext,
-        precision=precision,
-        long_texts=long_texts,
         index=not backfill,
+        **options.from_keywords("add_model", settings, alter=False),
     )
     url = locate.resolve_url(database_url)
     with connection(url) as conn:
@@ -153,35 +126,17 @@ def add_model(
             return spec
         spec = lifecycle.add(conn, request, url=url)[0]
     if backfill:
-        options = reindex.Options(
+        fill = reindex.Options(
             claim_size=defaults.BACKFILL_CLAIM_SIZE, device=hardware.resolve_device("auto")
         )
-        _finished(lifecycle_backfill.Backfill(url, spec.name, options).run(), "backfill", name)
+        _finished(lifecycle_backfill.Backfill(url, spec.name, fill).run(), "backfill", name)
     return spec
 
 
 def _same_model(spec: ModelSpec, request: lifecycle.AddRequest) -> ModelSpec:
-    schema, table = naming.parse_table(request.table)
-    pairs: list[tuple[str, object, object]] = [  # (setting, asked for, registered); None: any
-        ("table", f"{schema}.{table}", spec.qualified_table),
-        ("column", lifecycle.text_columns(request.column), spec.text_columns),
-        ("key", request.key, spec.key_column),
-        ("model", request.model_ref, spec.model_ref),
-        ("pooling", request.pooling, spec.pooling),
-        ("normalize", request.normalize, spec.normalize),
-        ("max_seq_length", request.max_seq_length, spec.max_seq_length),
-        ("query_prefix", request.query_prefix, spec.query_prefix),
-        ("document_prefix", request.document_prefix, spec.document_prefix),
-        # auto asks for nothing in particular: any precision the model was checked in is fine
-        (
-            "precision",
-            None if request.precision == "auto" else request.precision,
-            spec.precision_requested,
-        ),
-        ("long_texts", request.long_texts, spec.long_texts),
-    ]
     differ = [
-        f"{name} {have!r}, not {want!r}" for name, want, have in pairs if want not in (None, have)
+        f"{d.keyword} {d.registered!r}, not {d.asked!r}"
+        for d in lifecycle.differences(request, spec)
     ]
     if differ:
         raise UsageError(
@@ -194,16 +149,6 @@ def _same_model(spec: ModelSpec, request: lifecycle.AddRequest) -> ModelSpec:
 def alter_model(
     name: str,
     *,
-    model: str | None = None,
-    pooling: str | None = None,
-    normalize: bool | None = None,
-    max_seq_length: int | None = None,
-    query_prefix: str | None = None,
-    document_prefix: str | None = None,
-    precision: str | None = None,
-    long_texts: str | None = None,
-    hnsw_m: int | None = None,
-    hnsw_ef_construction: int | None = None,
     wait: bool = True,
     claim_size: int = defaults.REINDEX_CLAIM_SIZE,
     lease_seconds: float = defaults.LEASE_SECONDS,
@@ -212,38 +157,30 @@ def alter_model(
     maintenance_work_mem: str | None = None,
     parallel_workers: int = defaults.PARALLEL_MAINTENANCE_WORKERS,
     database_url: str | None = None,
+    **settings: Unpack[AlterKeywords],
 ) -> ModelSpec:
     """Record new settings as the next version of model `name` and reindex online into them
-    (`pgembed model alter`); None keeps a setting. Returns the model as switched in, or with
-    `wait=False` the registered version (its shadow), which `pgembed reindex` or a running
-    `pgembed sync` fills. A change of `precision` alone changes no vector: no reindex.
+    (`pgembed model alter`); a setting not given (or None) is kept. The `settings` are `model
+    alter`'s options as keywords (the keys of AlterKeywords; `hnsw_m` and `hnsw_ef_construction`
+    for --m and --ef-construction). Returns the model as switched in, or with `wait=False` the
+    registered version (its shadow), which `pgembed reindex` or a running `pgembed sync` fills.
+    A change of `precision` alone changes no vector: no reindex.
 
     The reindex embeds in this thread (`claim_size`, `lease_seconds`, `max_attempts`, `device`
     as `pgembed sync`'s) and builds the index with `maintenance_work_mem` (None: sized from the
     table, as `pgembed reindex` does) and `parallel_workers` maintenance workers.
     """
-    change = reindex.Change(
-        model_ref=model,
-        pooling=pooling,
-        normalize=normalize,
-        max_seq_length=max_seq_length,
-        query_prefix=query_prefix,
-        document_prefix=document_prefix,
-        hnsw_m=hnsw_m,
-        hnsw_ef_construction=hnsw_ef_construction,
-        precision=precision,
-        long_texts=long_texts,
-    )
+    change = reindex.Change(**options.from_keywords("alter_model", settings, alter=True))
     checks.text("name", name)
     checks.flag("wait", wait)
     build = indexbuild.BuildSettings(maintenance_work_mem, parallel_workers)
     url = locate.resolve_url(database_url)
     with connection(url) as conn:
-        if precision is not None and change.precision_only():
-            return lifecycle.alter_precision(conn, name, precision)
-        options = None
+        if change.precision is not None and change.precision_only():
+            return lifecycle.alter_precision(conn, name, change.precision)
+        fill = None
         if wait:  # the fill's options, checked before the version is registered (not half done)
-            options = reindex.Options(
+            fill = reindex.Options(
                 claim_size=claim_size,
                 lease_seconds=lease_seconds,
                 max_attempts=max_attempts,
@@ -252,9 +189,9 @@ def alter_model(
             )
             indexbuild.check(conn, build)
         shadow = reindex.begin(conn, name, change)[0]
-    if options is None:
+    if fill is None:
         return shadow
-    return _finished(reindex.Reindex(url, name, options).run(), "reindex", name)
+    return _finished(reindex.Reindex(url, name, fill).run(), "reindex", name)
 
 
 def alter_table(table: str, statement: str, *, database_url: str | None = None) -> Altered:

@@ -8,20 +8,12 @@ from typing import Any
 
 import click
 
-from pgembed import defaults
 from pgembed.catalog import naming, registry
 from pgembed.cli import terminal
 from pgembed.cli.app import App, pass_app
+from pgembed.cli.options import pop_settings, setting_options
 from pgembed.cli.progress import SetupLines
-from pgembed.cli.reindex import (
-    describe,
-    fill_options,
-    hnsw_options,
-    run_backfill,
-    run_options,
-    run_reindex,
-)
-from pgembed.encode import precision
+from pgembed.cli.reindex import describe, fill_options, run_backfill, run_options, run_reindex
 from pgembed.lifecycle import altertable, indexbuild, models, reindex
 
 
@@ -41,46 +33,8 @@ def model_group() -> None:
     help="The text column to embed; repeat it to embed several together (joined by a newline).",
 )
 @click.option("--key", help="Unique key column. Default: the table's single-column primary key.")
-@click.option(
-    "--model",
-    "model_ref",
-    default=defaults.MODEL,
-    show_default=True,
-    help="sentence-transformers checkpoint: a known name, a local directory or a hub id.",
-)
-@click.option(
-    "--pooling",
-    type=click.Choice(registry.POOLINGS),
-    help="Pooling of token vectors. Default: the checkpoint's own.",
-)
-@click.option("--no-normalize", is_flag=True, help="Keep vectors unnormalised.")
-@click.option(
-    "--max-seq-length",
-    type=click.IntRange(min=1),
-    help="Truncate texts to this many word pieces. Default: the checkpoint's own.",
-)
-@click.option("--query-prefix", default="", help="Text put before every query.")
-@click.option("--document-prefix", default="", help="Text put before every embedded row.")
+@setting_options(alter=False)
 @click.option("--fulltext", is_flag=True, help="Also create the index --hybrid needs.")
-@click.option(
-    "--precision",
-    "precision_",
-    type=click.Choice(precision.REQUESTS),
-    default="auto",
-    show_default=True,
-    help=(
-        "Arithmetic of the encoder; kept only if retrieval agrees with fp32 "
-        f"(top-10 neighbours of the table's texts, overlap >= {precision.MIN_OVERLAP})."
-    ),
-)
-@click.option(
-    "--long-texts",
-    type=click.Choice(registry.LONG_TEXTS),
-    default="truncate",
-    show_default=True,
-    help="A text longer than the model's window: embed its first window only (truncate), or "
-    "every window, a row ranked by its best (chunk; README: Long texts).",
-)
 @click.option(
     "--backfill",
     is_flag=True,
@@ -90,37 +44,18 @@ def model_group() -> None:
 @pass_app
 def model_add(
     app: App,
+    /,
     name: str,
     table: str,
     columns: tuple[str, ...],
     key: str | None,
-    model_ref: str,
-    pooling: str | None,
-    no_normalize: bool,
-    max_seq_length: int | None,
-    query_prefix: str,
-    document_prefix: str,
     fulltext: bool,
-    precision_: str,
-    long_texts: str,
     backfill: bool,
+    **settings: Any,
 ) -> None:
     """Register model NAME on a table's text column(s) and queue its existing rows."""
     request = models.AddRequest(
-        name=name,
-        table=table,
-        column=columns,
-        key=key,
-        model_ref=model_ref,
-        pooling=pooling,
-        normalize=not no_normalize,
-        max_seq_length=max_seq_length,
-        query_prefix=query_prefix,
-        document_prefix=document_prefix,
-        fulltext=fulltext,
-        precision=precision_,
-        long_texts=long_texts,
-        index=not backfill,
+        name, table, columns, key, fulltext=fulltext, index=not backfill, **settings
     )
     with app.connect() as conn:
         spec, queued = models.add(conn, request, url=app.url, reporter=SetupLines())
@@ -183,28 +118,7 @@ def model_fulltext(app: App, name: str) -> None:
 
 @model_group.command("alter")
 @click.argument("name")
-@click.option(
-    "--model", "model_ref", help="Another checkpoint: a known name, a local directory or a hub id."
-)
-@click.option("--pooling", type=click.Choice(registry.POOLINGS), help="mean, cls or max.")
-@click.option(
-    "--max-seq-length", type=click.IntRange(min=1), help="Truncate texts to this many word pieces."
-)
-@click.option("--normalize/--no-normalize", default=None, help="L2-normalise vectors (or not).")
-@click.option("--query-prefix", help="Text put before every query.")
-@click.option("--document-prefix", help="Text put before every embedded row.")
-@click.option(
-    "--precision",
-    "precision_",
-    type=click.Choice(precision.REQUESTS),
-    help="auto, fp32, bf16 or int8; checked against fp32. Alone it changes no vector: no reindex.",
-)
-@click.option(
-    "--long-texts",
-    type=click.Choice(registry.LONG_TEXTS),
-    help="Embed a long text's first window only (truncate) or every window (chunk).",
-)
-@hnsw_options
+@setting_options(alter=True)
 @click.option(
     "--no-wait", is_flag=True, help="Only register the new version; `pgembed reindex` finishes it."
 )
@@ -212,21 +126,10 @@ def model_fulltext(app: App, name: str) -> None:
 @click.pass_obj
 def model_alter(app: App, /, name: str, no_wait: bool, **kw: Any) -> None:
     """Record new settings as the next version of model NAME and reindex online into them."""
-    change = reindex.Change(
-        model_ref=kw["model_ref"],
-        pooling=kw["pooling"],
-        normalize=kw["normalize"],
-        max_seq_length=kw["max_seq_length"],
-        query_prefix=kw["query_prefix"],
-        document_prefix=kw["document_prefix"],
-        hnsw_m=kw["m"],
-        hnsw_ef_construction=kw["ef_construction"],
-        precision=kw["precision_"],
-        long_texts=kw["long_texts"],
-    )
+    change = reindex.Change(**pop_settings(kw))
     with app.connect() as conn:
-        if change.precision_only():
-            spec = models.alter_precision(conn, name, kw["precision_"])
+        if change.precision is not None and change.precision_only():
+            spec = models.alter_precision(conn, name, change.precision)
             click.echo(f"model {name}: precision {spec.precision}: {spec.precision_note}")
             return
         options = None if no_wait else run_options(kw)  # its device and memory: before anything

@@ -14,6 +14,7 @@ from pgembed import defaults
 from pgembed.catalog import naming, registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.cli.app import App, stopping
+from pgembed.cli.options import setting_options
 from pgembed.cli.progress import SetupLines, describe_build
 from pgembed.encode import hardware
 from pgembed.errors import UsageError
@@ -70,15 +71,8 @@ def fill_options(command: F) -> F:
     return command
 
 
-def hnsw_options(command: F) -> F:
-    command = click.option(
-        "--ef-construction",
-        type=click.IntRange(*defaults.EF_CONSTRUCTION_RANGE),
-        help="HNSW ef_construction.",
-    )(command)
-    return click.option(
-        "--m", "m", type=click.IntRange(*defaults.HNSW_M_RANGE), help="HNSW m (links per node)."
-    )(command)
+# --m and --ef-construction, as `model alter` takes them (lifecycle/options.py).
+hnsw_options = setting_options(alter=True, only=("hnsw_m", "hnsw_ef_construction"))
 
 
 def run_options(kw: dict[str, Any]) -> reindex.Options:
@@ -105,7 +99,7 @@ def reindex_cmd(app: App, /, name: str, index_only: bool, abort: bool, **kw: Any
 
     Resumes a reindex in progress (from `model alter` or an interrupted run) where it stopped.
     """
-    hnsw = kw["m"] is not None or kw["ef_construction"] is not None
+    hnsw = kw["hnsw_m"] is not None or kw["hnsw_ef_construction"] is not None
     if index_only and abort:
         raise UsageError("--abort stops a full reindex; an --index-only rebuild stops with Ctrl-C")
     if index_only:
@@ -127,7 +121,9 @@ def reindex_cmd(app: App, /, name: str, index_only: bool, abort: bool, **kw: Any
                 "a reindex starts (run it without them to finish, or --abort it)"
             )
         if running is None:
-            change = reindex.Change(hnsw_m=kw["m"], hnsw_ef_construction=kw["ef_construction"])
+            change = reindex.Change(
+                hnsw_m=kw["hnsw_m"], hnsw_ef_construction=kw["hnsw_ef_construction"]
+            )
             shadow, queued = reindex.begin(
                 conn, name, change if hnsw else None, reporter=SetupLines()
             )
@@ -183,8 +179,8 @@ def _rebuild_index(app: App, name: str, kw: dict[str, Any]) -> None:
             lambda: indexbuild.rebuild(
                 app.url,
                 name,
-                kw["m"],
-                kw["ef_construction"],
+                kw["hnsw_m"],
+                kw["hnsw_ef_construction"],
                 build,
                 reporter.index,
                 stop,

@@ -3,7 +3,6 @@ steps of setup.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
 import psycopg
@@ -12,26 +11,21 @@ from pgembed import capture, checks, defaults, roles, sqlfiles
 from pgembed.catalog import ddl, naming, registry, tables
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, hardware, precision
-from pgembed.encode.settings import settings_of
+from pgembed.encode.settings import encoder_settings, settings_of
 from pgembed.errors import UsageError
-from pgembed.lifecycle import indexbuild, setup
+from pgembed.lifecycle import indexbuild, options, setup
+from pgembed.lifecycle.generated import ModelSettings
 
 
 @dataclass(frozen=True)
-class AddRequest:
+class AddRequest(ModelSettings):
+    """`model add`'s request: where, and the model's settings (keyword-only: options.SETTINGS)."""
+
     name: str
     table: str
     column: str | tuple[str, ...]  # several: embedded together, joined by a newline
     key: str | None = None
-    model_ref: str = defaults.MODEL
-    pooling: str | None = None
-    normalize: bool = True
-    max_seq_length: int | None = None
-    query_prefix: str = ""
-    document_prefix: str = ""
     fulltext: bool = False  # also create the GIN index hybrid search needs
-    precision: str = "auto"  # auto, fp32, bf16, int8 or an engine: see precision.choose
-    long_texts: str = "truncate"  # or "chunk": see registry.LONG_TEXTS
     index: bool = True  # False: the HNSW index comes after the rows (see backfill.py)
 
     def __post_init__(self) -> None:
@@ -41,7 +35,7 @@ class AddRequest:
         if self.key is not None:
             checks.text("key", self.key)
         checks.flag("fulltext", self.fulltext)
-        check_settings(self, none_allowed={"pooling", "max_seq_length"})  # the checkpoint's own
+        options.check(self, alter=False)
 
 
 def column_argument(column: object) -> str | tuple[str, ...]:
@@ -51,30 +45,6 @@ def column_argument(column: object) -> str | tuple[str, ...]:
     if isinstance(column, list | tuple) and column and all(isinstance(c, str) for c in column):
         return tuple(column)
     raise UsageError(f"column must be a column name or a list of them, not {checks.shown(column)}")
-
-
-# A model's settings as Python passes them (the field of AddRequest and reindex.Change -> its
-# keyword's name and check); the CLI's click types check the same.
-_SETTINGS: dict[str, tuple[str, Callable[[str, object], object]]] = {
-    "model_ref": ("model", checks.text),
-    "pooling": ("pooling", checks.one_of(registry.POOLINGS)),
-    "normalize": ("normalize", checks.flag),
-    "max_seq_length": ("max_seq_length", lambda name, value: checks.integer(name, value, 1)),
-    "query_prefix": ("query_prefix", checks.text),
-    "document_prefix": ("document_prefix", checks.text),
-    "precision": ("precision", checks.one_of(precision.REQUESTS)),
-    "long_texts": ("long_texts", checks.one_of(registry.LONG_TEXTS)),
-}
-SETTINGS = frozenset(_SETTINGS)
-
-
-def check_settings(request: object, *, none_allowed: Collection[str]) -> None:
-    """Each setting of `request` (an AddRequest or a reindex.Change) is of its type and range,
-    before anything is registered; None passes for the fields in `none_allowed`."""
-    for field, (name, check) in _SETTINGS.items():
-        value = getattr(request, field)
-        if not (value is None and field in none_allowed):
-            check(name, value)
 
 
 def add(
@@ -99,7 +69,7 @@ def add(
     name = naming.model_name(request.name)
     if conn.autocommit and registry.exists(conn, name) and setup.pending(conn, name):
         spec = registry.get(conn, name)
-        unlike = _unlike(request, spec)
+        unlike = [d.option for d in differences(request, spec)]
         if unlike:
             raise UsageError(
                 f"model {name} was not completely set up, with other settings "
@@ -124,14 +94,8 @@ def add(
         raise UsageError(f"table {schema}.{table} already has a column {embedding_column!r}")
 
     # Load the model before touching the database: a reference that can't load changes nothing.
-    settings = embedder.Settings(
-        model_ref=request.model_ref,
-        pooling=request.pooling,
-        normalize=request.normalize,
-        max_seq_length=request.max_seq_length,
-        query_prefix=request.query_prefix,
-        document_prefix=request.document_prefix,
-    )
+    asked = options.values(request)
+    settings = encoder_settings(asked)
     embedder.resolve(request.model_ref)  # a reference that cannot be found: one line, no step
     say.step(f"loading {request.model_ref}")
     model_info = load_checked(settings)
@@ -146,14 +110,8 @@ def add(
         text_column=columns[0],
         text_columns=columns,
         embedding_column=embedding_column,
-        model_ref=request.model_ref,
-        pooling=model_info.pooling,
-        normalize=request.normalize,
         dimensions=model_info.dimensions,
-        max_seq_length=model_info.max_seq_length,
-        query_prefix=request.query_prefix,
-        document_prefix=request.document_prefix,
-        long_texts=request.long_texts,
+        **options.recorded(asked, model_info),
     )
     spec = with_precision(conn, registry.keyed(conn, spec), request.precision, say.step)
     if not conn.autocommit:
@@ -166,27 +124,29 @@ def add(
     return spec, setup.finish(conn, url, spec, say, build)
 
 
-def _unlike(request: AddRequest, spec: ModelSpec) -> list[str]:
-    """The settings of `request` that the interrupted setup of `spec` was not registered with
-    (a setting left to its default, pooling, max_seq_length or precision auto, matches any)."""
+def differences(request: AddRequest, spec: ModelSpec) -> list[Difference]:
+    """What `request` asks for that model `spec` was not registered with (a key, a pooling,
+    max_seq_length or precision left to its default matches any): the "same model?" rule of an
+    interrupted `model add` run again, and of `add_model(exist_ok=True)`."""
     schema, table = naming.parse_table(request.table)
-    asked: dict[str, tuple[object, object]] = {
-        "table": ((schema, table), (spec.table_schema, spec.table_name)),
-        "column": (text_columns(request.column), spec.text_columns),
-        "key": (request.key or spec.key_column, spec.key_column),
-        "model": (request.model_ref, spec.model_ref),
-        "pooling": (request.pooling or spec.pooling, spec.pooling),
-        "normalize": (request.normalize, spec.normalize),
-        "max-seq-length": (request.max_seq_length or spec.max_seq_length, spec.max_seq_length),
-        "query-prefix": (request.query_prefix, spec.query_prefix),
-        "document-prefix": (request.document_prefix, spec.document_prefix),
-        "precision": (
-            spec.precision_requested if request.precision == "auto" else request.precision,
-            spec.precision_requested,
-        ),
-        "long-texts": (request.long_texts, spec.long_texts),
-    }
-    return [name for name, (given, registered) in asked.items() if given != registered]
+    where = [
+        Difference("table", "table", f"{schema}.{table}", spec.qualified_table),
+        Difference("column", "column", text_columns(request.column), spec.text_columns),
+        Difference("key", "key", request.key or spec.key_column, spec.key_column),
+    ]
+    settings = [
+        Difference(s.option.removeprefix("--"), s.api_name, asked, registered)
+        for s, asked, registered in options.unlike(request, spec)
+    ]
+    return [d for d in where if d.asked != d.registered] + settings
+
+
+@dataclass(frozen=True)
+class Difference:
+    option: str  # as the CLI spells it, without its dashes
+    keyword: str  # as Python does
+    asked: object
+    registered: object
 
 
 def _add_in_transaction(

@@ -20,9 +20,10 @@ from pgembed import capture, checks, db, defaults, sqlfiles
 from pgembed.catalog import ddl, naming, registry, tables, trust
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder
-from pgembed.encode.settings import settings_of
+from pgembed.encode.settings import encoder_settings, settings_of
 from pgembed.errors import UsageError
-from pgembed.lifecycle import counts, indexbuild, models, setup, switch
+from pgembed.lifecycle import counts, indexbuild, models, options, setup, switch
+from pgembed.lifecycle.generated import SettingChanges
 from pgembed.sync import store, worker
 
 T = TypeVar("T")
@@ -30,32 +31,17 @@ log = logging.getLogger("pgembed.reindex")
 
 
 @dataclass(frozen=True)
-class Change:
-    """What `model alter` asks for; None keeps the current value.
+class Change(SettingChanges):
+    """What `model alter` asks for (keyword-only: options.SETTINGS); None keeps the current
+    value.
 
     With another checkpoint (`model_ref`), an unset pooling or max sequence length means the new
-    checkpoint's own, as with `model add`.
+    checkpoint's own, as with `model add`; an unset precision is the model's requested one,
+    checked again.
     """
 
-    model_ref: str | None = None
-    pooling: str | None = None
-    normalize: bool | None = None
-    max_seq_length: int | None = None
-    query_prefix: str | None = None
-    document_prefix: str | None = None
-    hnsw_m: int | None = None
-    hnsw_ef_construction: int | None = None
-    precision: str | None = None  # None: the model's requested precision, checked again
-    long_texts: str | None = None  # truncate or chunk (registry.LONG_TEXTS)
-
     def __post_init__(self) -> None:
-        models.check_settings(self, none_allowed=models.SETTINGS)  # None keeps a setting
-        if self.hnsw_m is not None:
-            checks.integer("hnsw_m", self.hnsw_m, *defaults.HNSW_M_RANGE)
-        if self.hnsw_ef_construction is not None:
-            checks.integer(
-                "hnsw_ef_construction", self.hnsw_ef_construction, *defaults.EF_CONSTRUCTION_RANGE
-            )
+        options.check(self, alter=True)
 
     def precision_only(self) -> bool:
         """Only the precision changes: no reindex (see models.alter_precision)."""
@@ -68,35 +54,20 @@ def _pick(new: T | None, current: T) -> T:
 
 def new_version(spec: ModelSpec, change: Change) -> ModelSpec:
     """The shadow that would embed `spec`'s rows with `change` applied (loads the model)."""
-    same_ref = change.model_ref is None or change.model_ref == spec.model_ref
-    settings = embedder.Settings(
-        model_ref=_pick(change.model_ref, spec.model_ref),
-        pooling=_pick(change.pooling, spec.pooling if same_ref else None),
-        normalize=_pick(change.normalize, spec.normalize),
-        max_seq_length=_pick(change.max_seq_length, spec.max_seq_length if same_ref else None),
-        query_prefix=_pick(change.query_prefix, spec.query_prefix),
-        document_prefix=_pick(change.document_prefix, spec.document_prefix),
-    )
+    wanted = options.changed(spec, change)
+    settings = encoder_settings(wanted)
     info = models.load_checked(settings)  # a reference that cannot load changes nothing
-    if _pick(change.long_texts, spec.long_texts) == "chunk":
+    if wanted["long_texts"] == "chunk":
         models.require_window(settings)
     shadow = naming.shadow_name(spec.name)
     return replace(
         spec,
         name=shadow,
         embedding_column=naming.embedding_column(shadow),
-        model_ref=settings.model_ref,
-        pooling=info.pooling,
-        normalize=settings.normalize,
         dimensions=info.dimensions,
-        max_seq_length=info.max_seq_length,
-        query_prefix=settings.query_prefix,
-        document_prefix=settings.document_prefix,
-        hnsw_m=_pick(change.hnsw_m, spec.hnsw_m),
-        hnsw_ef_construction=_pick(change.hnsw_ef_construction, spec.hnsw_ef_construction),
         version=spec.version + 1,
         shadow_of=spec.name,
-        long_texts=_pick(change.long_texts, spec.long_texts),
+        **options.recorded(wanted, info),
     )
 
 
@@ -164,13 +135,15 @@ def begin(
 
 
 def _unchanged(spec: ModelSpec, shadow: ModelSpec) -> bool:
-    keep = replace(shadow, name=spec.name, embedding_column=spec.embedding_column)
-    return settings_of(keep) == settings_of(spec) and (
-        keep.dimensions,
-        keep.hnsw_m,
-        keep.hnsw_ef_construction,
-        keep.long_texts,
-    ) == (spec.dimensions, spec.hnsw_m, spec.hnsw_ef_construction, spec.long_texts)
+    """The shadow would make the same vectors (precision as resolved) in the same index."""
+    same = all(
+        getattr(shadow, s.stored) == getattr(spec, s.stored)
+        for s in options.SETTINGS
+        if s.recorded != "checked"
+    )
+    return (
+        same and shadow.dimensions == spec.dimensions and settings_of(shadow) == settings_of(spec)
+    )
 
 
 def abort(conn: psycopg.Connection, name: str) -> ModelSpec:
