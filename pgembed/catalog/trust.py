@@ -6,10 +6,10 @@ expressions); PostgreSQL runs that code as whoever writes the table. The daemon 
 watched table's vectors, so written as the daemon, one owner's trigger would run with the
 daemon's grants on every other watched table (or a syncing superuser's powers). So the daemon
 writes a table as its owner, as PostgreSQL's own maintenance commands and logical replication
-do: through a SECURITY DEFINER function owned by the table's owner (sync/store.py), inside which
-PostgreSQL refuses SET ROLE, so the owner's code cannot step back into the daemon's role. That
-needs the daemon to be able to SET ROLE to the owner: a superuser, or GRANT owner TO the
-daemon's role WITH INHERIT FALSE. A table whose owner is a superuser, or the daemon's login
+do: through a SECURITY DEFINER function owned by the table's owner (sql/definitions/40_sync.sql),
+inside which PostgreSQL refuses SET ROLE, so the owner's code cannot step back into the daemon's
+role. That needs the daemon to be able to SET ROLE to the owner: a superuser, or GRANT owner TO
+the daemon's role WITH INHERIT FALSE. A table whose owner is a superuser, or the daemon's login
 itself, is written directly: its code gains nothing.
 
 Row-level security that filters the daemon's reads would make rows it cannot see look deleted;

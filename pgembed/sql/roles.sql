@@ -49,6 +49,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON pgembed.queue, pgembed.inbox, pgembed.fa
 -- A batch's write-back locks its model's catalog row FOR SHARE (so a reindex switch waits for
 -- it), and row locks need UPDATE on some column: the one column nothing reads.
 GRANT UPDATE (status) ON pgembed.models TO pgembed_daemon;
+-- Writing a table as its owner (sql/definitions/40_sync.sql).
+GRANT EXECUTE ON FUNCTION pgembed._write_as_owner_v1(text, text, text, text[], text[], anyarray)
+    TO pgembed_daemon;
 
 -- name: grant_reader
 -- Searches: the helpers read the catalog (they run as the caller, who must also be able to

@@ -51,6 +51,12 @@ SET seq = excluded.seq, enqueued_at = excluded.enqueued_at, attempts = 0,
     next_attempt_at = pg_catalog.now(), claimed_by = NULL, last_error = NULL
 WHERE q.seq < excluded.seq;
 
+-- name: write_as_owner
+-- A slice's vectors written as the table's owner, the write-back's last statement (store.py's
+-- write_as_owner composes the UPDATE; sql/definitions/40_sync.sql says how it runs as the owner).
+SELECT pgembed._write_as_owner_v1(
+    %s, %s, %s, %s::pg_catalog.text[], %s::pg_catalog.text[], %b);
+
 -- name: complete
 -- Remove exactly the entries that were claimed: a key enqueued again meanwhile has a new seq.
 DELETE FROM pgembed.queue q

@@ -120,19 +120,11 @@ def write(
     if not keys:  # (an empty list of vectors would travel without its type)
         return set()
     order = sorted(range(len(keys)), key=lambda i: keys[i])
-    query = sql.SQL(
-        "UPDATE {table} t SET {column} = v.embedding "
-        "FROM ROWS FROM (pg_catalog.unnest(%s::text[]), pg_catalog.unnest(%s::text[]), "
-        "pg_catalog.unnest(%b)) AS v(key, text_md5, embedding) "
-        "WHERE {matches} "
-        "AND pg_catalog.md5({text}) OPERATOR(pg_catalog.=) v.text_md5 "
-        "RETURNING v.key"
-    ).format(
-        table=naming.table(spec),
-        column=sql.Identifier(spec.embedding_column),
-        text=naming.text_expression(spec, "t"),
-        matches=_queued_key(spec),
+    rows = sql.SQL(
+        "ROWS FROM (pg_catalog.unnest(%s::text[]), pg_catalog.unnest(%s::text[]), "
+        "pg_catalog.unnest(%b))"
     )
+    query = sql.SQL("{} RETURNING v.key").format(_vector_update(spec, rows))
     params = (
         [keys[i] for i in order],
         [text_md5s[i] for i in order],
@@ -187,6 +179,23 @@ def lock(
     return Locked(locked, held)
 
 
+def _vector_update(spec: ModelSpec, rows: sql.Composable) -> sql.Composable:
+    """The UPDATE that writes each of `rows` (key, text_md5, embedding) to its row whose
+    md5(text) still matches: write's, and write_as_owner's as the owner."""
+    return sql.SQL(
+        "UPDATE {table} t SET {column} = v.embedding "
+        "FROM {rows} AS v(key, text_md5, embedding) "
+        "WHERE {matches} "
+        "AND pg_catalog.md5({text}) OPERATOR(pg_catalog.=) v.text_md5"
+    ).format(
+        table=naming.table(spec),
+        column=sql.Identifier(spec.embedding_column),
+        rows=rows,
+        matches=_queued_key(spec),
+        text=naming.text_expression(spec, "t"),
+    )
+
+
 def _queued_key(spec: ModelSpec) -> sql.Composable:
     """A row's key matched to a queue key (`v.key`, text, as its type)."""
     return naming.key_is(spec, "t", sql.SQL("v.key::{}").format(naming.key_type(spec)))
@@ -214,83 +223,6 @@ def wait_briefly(conn: psycopg.Connection, timeout: str) -> None:
     conn.execute("SELECT pg_catalog.set_config('lock_timeout', %s, true)", (timeout,))
 
 
-# The function that writes vectors as the table's owner: made in this session's temporary schema
-# in the write's transaction (no other session sees it before the commit), given to the owner,
-# called once, and dropped with the session's temporary objects (clean_session). SECURITY
-# DEFINER: inside it the owner's code runs as the owner, and PostgreSQL refuses SET ROLE and SET
-# SESSION AUTHORIZATION, so it cannot step back into the daemon's role. SET CONSTRAINTS ALL
-# IMMEDIATE fires the owner's deferrable constraint triggers in there too, not at the commit.
-# Every row was locked unchanged before (lock): fewer written means the owner's own
-# triggers, rules or policies kept vectors out, which fails the batch rather than lose its keys.
-_OWNER_WRITE = """
-DECLARE
-    written bigint;
-    deferred text;
-    held text;
-BEGIN
-    -- Not a SET clause: PostgreSQL lets only a superuser's function set a custom parameter so.
-    PERFORM pg_catalog.set_config('pgembed.writing', 'on', true);
-    SET CONSTRAINTS ALL IMMEDIATE;
-    WITH w AS (
-        UPDATE {table} t SET {column} = v.embedding
-        FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(text_md5s),
-                        pg_catalog.unnest(embeddings)) AS v(key, text_md5, embedding)
-        WHERE {matches}
-          AND pg_catalog.md5({text}) OPERATOR(pg_catalog.=) v.text_md5
-        RETURNING 1)
-    SELECT pg_catalog.count(*) INTO written FROM w;
-    SET CONSTRAINTS ALL IMMEDIATE;
-    -- The owner's code may defer a trigger again: it would fire at the commit, as the daemon.
-    -- PostgreSQL lets SQL neither see that queue nor fire it here as a restricted operation,
-    -- so a write that changed any table with a deferrable trigger (foreign keys' aside: they
-    -- check as the table's owner) is refused. The changed tables are the statistics' counts of
-    -- this transaction: without them (track_counts off, a superuser's setting) none is seen.
-    IF pg_catalog.current_setting('track_counts') OPERATOR(pg_catalog.=) 'off' THEN
-        RAISE EXCEPTION 'pgembed: % is written as its owner %, which needs track_counts on '
-            '(to see the tables the owner''s code changed): not written', {table_name},
-            CURRENT_USER;
-    END IF;
-    SELECT pg_catalog.string_agg(DISTINCT s.relid::pg_catalog.regclass::pg_catalog.text, ', ')
-    INTO deferred
-    FROM pg_catalog.pg_stat_xact_all_tables s
-    JOIN pg_catalog.pg_trigger g ON g.tgrelid OPERATOR(pg_catalog.=) s.relid
-    JOIN pg_catalog.pg_proc f ON f.oid OPERATOR(pg_catalog.=) g.tgfoid
-    WHERE g.tgdeferrable
-      AND NOT (f.pronamespace OPERATOR(pg_catalog.=) 'pg_catalog'::pg_catalog.regnamespace
-               AND f.proname OPERATOR(pg_catalog.~~) 'RI\\_FKey\\_%')
-      AND s.n_tup_ins OPERATOR(pg_catalog.+) s.n_tup_upd OPERATOR(pg_catalog.+) s.n_tup_del
-          OPERATOR(pg_catalog.>) 0;
-    IF deferred IS NOT NULL THEN
-        RAISE EXCEPTION 'pgembed: writing % as its owner % changed % whose deferrable triggers '
-            'would fire at the commit as the daemon: not written (make them NOT DEFERRABLE)',
-            {table_name}, CURRENT_USER, deferred;
-    END IF;
-    -- A cursor WITH HOLD would run the rest of its query at the commit, as the daemon too
-    -- (PostgreSQL refuses one only in a security-restricted operation). The daemon declares
-    -- none, so any here is the owner's code's: refused, and the rollback drops it unrun.
-    SELECT pg_catalog.string_agg(c.name, ', ') INTO held
-    FROM pg_catalog.pg_cursors c WHERE c.is_holdable;
-    IF held IS NOT NULL THEN
-        RAISE EXCEPTION 'pgembed: writing % as its owner % left cursors WITH HOLD (%) whose '
-            'queries would run at the commit as the daemon: not written',
-            {table_name}, CURRENT_USER, held;
-    END IF;
-    IF written OPERATOR(pg_catalog.<>) pg_catalog.cardinality(keys) THEN
-        RAISE EXCEPTION 'pgembed: % of % vectors were kept from being written to %: the table''s '
-            'own triggers, rules or row-level security refused them (as its owner %)',
-            pg_catalog.cardinality(keys) OPERATOR(pg_catalog.-) written,
-            pg_catalog.cardinality(keys), {table_name}, CURRENT_USER;
-    END IF;
-END
-"""
-_WRITER = "pg_temp.pgembed_write_as_owner"
-_SETTINGS = (
-    "SET search_path = pg_catalog, pg_temp "
-    "SET datestyle = 'ISO, MDY' SET intervalstyle = 'postgres' SET timezone = 'UTC' "
-    "SET extra_float_digits = 1 SET bytea_output = 'hex' SET row_security = on"
-)
-
-
 def write_as_owner(
     conn: psycopg.Connection,
     spec: ModelSpec,
@@ -300,51 +232,38 @@ def write_as_owner(
     vectors: np.ndarray,
 ) -> None:
     """Write vectors as the table's owner, in the caller's transaction, as its last statement:
-    the owner's code runs in this session, which clean_session puts right after the commit."""
+    the owner's code runs in this session, which clean_session puts right after the commit.
+
+    pgembed._write_as_owner_v1 (sql/definitions/40_sync.sql) runs this UPDATE through a
+    SECURITY DEFINER function it gives to the owner, and fails the write where the owner's code
+    kept a row out or left work that would run at the commit as the daemon."""
     if not keys:
         return
     order = sorted(range(len(keys)), key=lambda i: keys[i])
-    body = sql.SQL(_OWNER_WRITE).format(
-        table=naming.table(spec),
-        column=sql.Identifier(spec.embedding_column),
-        text=naming.text_expression(spec, "t"),
-        matches=_queued_key(spec),
-        table_name=sql.Literal(spec.qualified_table),
+    rows = sql.SQL(
+        "ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3))"
     )
-    signature = sql.SQL("{}(pg_catalog.text[], pg_catalog.text[], {}[])").format(
-        sql.SQL(_WRITER), db.vector_name(conn, "vector")
+    query = sql.SQL("WITH w AS ({} RETURNING 1) SELECT pg_catalog.count(*) FROM w").format(
+        _vector_update(spec, rows)
     )
-    conn.execute(
-        sql.SQL(
-            "CREATE FUNCTION {}(keys pg_catalog.text[], text_md5s pg_catalog.text[], "
-            "embeddings {}[]) RETURNS void LANGUAGE plpgsql SECURITY DEFINER {} AS {}"
-        ).format(
-            sql.SQL(_WRITER),
-            db.vector_name(conn, "vector"),
-            sql.SQL(_SETTINGS),
-            sql.Literal(body.as_string(conn)),
-        )
-    )
-    conn.execute(sql.SQL("ALTER FUNCTION {} OWNER TO {}").format(signature, sql.Identifier(owner)))
     params = (
+        owner,
+        spec.qualified_table,
+        query.as_string(conn),
         [keys[i] for i in order],
         [text_md5s[i] for i in order],
         [Vector(vectors[i]) for i in order],
     )
     with conn.cursor(binary=True) as cur:
-        cur.execute(
-            sql.SQL("SELECT {}(%s::pg_catalog.text[], %s::pg_catalog.text[], %b)").format(
-                sql.SQL(_WRITER)
-            ),
-            params,
-        )
+        cur.execute(sqlfiles.get("sync", "write_as_owner"), params)
 
 
 def clean_session(conn: psycopg.Connection) -> None:
     """After a write as a table's owner (committed or not): undo what the owner's code may have
     left in this session for the daemon's next statements to meet: settings (search_path ...),
     temporary objects (a type or table that would be found before pg_catalog's), prepared
-    statements, listens, advisory locks, open cursors. The writing function goes with them."""
+    statements, listens, advisory locks, open cursors. The owner's writing function goes with
+    them (sql/definitions/40_sync.sql)."""
     for statement in (
         "RESET ALL",
         "DISCARD TEMP",

@@ -8,6 +8,7 @@ Roles are cluster-wide: each test makes its own (make_role) and drops them after
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 
 import psycopg
@@ -238,10 +239,12 @@ def _owners_docs(db_url: str, make_role: Callable[..., str], code: str) -> str:
     return owner
 
 
-def _refused(db_url: str, owner: str) -> set[str]:
-    """Sync as a superuser: nothing written, the owner powerless, the 7 keys still queued.
-    The roles the owner's code ran as."""
-    stats = _sync(db_url)
+def _refused(db_url: str, owner: str, caplog: pytest.LogCaptureFixture, why: str) -> set[str]:
+    """Sync as a superuser: nothing written (the batch failed saying `why`), the owner
+    powerless, the 7 keys still queued. The roles the owner's code ran as."""
+    with caplog.at_level(logging.ERROR, logger="pgembed.sync"):
+        stats = _sync(db_url)
+    assert f"as its owner {owner}" in caplog.text and why in caplog.text, caplog.text
     with db.connection(db_url) as conn:
         assert not superuser(conn, owner)
         ran = {by for (by,) in conn.execute("SELECT DISTINCT by_role FROM public.ran")}
@@ -253,7 +256,7 @@ def _refused(db_url: str, owner: str) -> set[str]:
 
 
 def test_a_trigger_the_owner_defers_to_the_commit_never_fires_as_the_syncer(
-    db_url: str, make_role: Callable[..., str]
+    db_url: str, make_role: Callable[..., str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """The owner's code defers its constraint trigger while the daemon writes as the owner:
     at the commit it would run as the syncing role (a superuser here). The write is refused."""
@@ -269,11 +272,11 @@ def test_a_trigger_the_owner_defers_to_the_commit_never_fires_as_the_syncer(
         "CREATE TRIGGER defer BEFORE UPDATE ON public.docs FOR EACH ROW "
         "EXECUTE FUNCTION public.defer();",
     )
-    _refused(db_url, owner)
+    _refused(db_url, owner, caplog, "changed public.docs whose deferrable triggers")
 
 
 def test_a_cursor_the_owner_holds_past_the_commit_never_runs_as_the_syncer(
-    db_url: str, make_role: Callable[..., str]
+    db_url: str, make_role: Callable[..., str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """The owner's trigger declares a cursor WITH HOLD while the daemon writes as the owner:
     at the commit PostgreSQL would run its query as the syncing role (a superuser here). The
@@ -287,11 +290,11 @@ def test_a_cursor_the_owner_holds_past_the_commit_never_runs_as_the_syncer(
         "CREATE TRIGGER hold BEFORE UPDATE ON public.docs FOR EACH ROW "
         "EXECUTE FUNCTION public.hold();",
     )
-    assert _refused(db_url, owner) == set()
+    assert _refused(db_url, owner, caplog, "left cursors WITH HOLD (held)") == set()
 
 
 def test_a_write_as_the_owner_without_track_counts_is_refused(
-    db_url: str, make_role: Callable[..., str]
+    db_url: str, make_role: Callable[..., str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """The deferrable-trigger check reads this transaction's counts of changed tables: with
     track_counts off (a superuser's setting) it saw none, and let any pass."""
@@ -300,7 +303,7 @@ def test_a_write_as_the_owner_without_track_counts_is_refused(
         database = sql.Identifier(conn.info.dbname)
         conn.execute(sql.SQL("ALTER DATABASE {} SET track_counts = off").format(database))
     try:
-        _refused(db_url, owner)
+        _refused(db_url, owner, caplog, "which needs track_counts on")
     finally:
         with db.connection(db_url) as conn:
             conn.execute(sql.SQL("ALTER DATABASE {} RESET track_counts").format(database))

@@ -1,4 +1,4 @@
--- pgembed's SQL definitions (1 of 2): the change-capture trigger functions.
+-- pgembed's SQL definitions (1 of 3): the change-capture trigger functions.
 -- The one definition of each function, trigger function, trigger on pgembed's tables and their
 -- grants. `pgembed migrate` re-applies every file of sql/definitions/ in name order, in one
 -- transaction, after the run-once migrations (migrations/*.sql: tables, columns, data moves,

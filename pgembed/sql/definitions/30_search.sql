@@ -1,4 +1,4 @@
--- pgembed's SQL definitions (2 of 2): the search helpers pgembed.search, pgembed.similar and
+-- pgembed's SQL definitions (2 of 3): the search helpers pgembed.search, pgembed.similar and
 -- pgembed.hybrid_search, the functions behind them, and the compiler that generates
 -- pgembed.search from the catalog (with the triggers that rerun it).
 -- The one definition of each: `pgembed migrate` re-applies this file (CREATE OR REPLACE) after
