@@ -16,6 +16,7 @@ import pgembed
 from pgembed import api, defaults
 from pgembed.catalog.registry import ModelSpec
 from pgembed.cli.model import model_add, model_alter
+from pgembed.encode import embedder
 from pgembed.errors import UsageError
 from pgembed.lifecycle import generated, models, options
 
@@ -127,26 +128,20 @@ def test_alter_model_defaults_are_the_clis() -> None:
     assert all(cli[s.name] is None for s in options.SETTINGS)  # None keeps a setting
 
 
-def _spec(**settings: Any) -> ModelSpec:
-    return ModelSpec(
-        name="m",
-        table_schema="public",
-        table_name="t",
-        key_column="id",
-        key_type="integer",
-        text_column="c",
-        embedding_column="embedding_m",
-        model_ref=defaults.MODEL,
-        pooling="mean",
-        normalize=True,
-        dimensions=384,
-        max_seq_length=256,
-        **settings,
+def registered(request: models.AddRequest, precision: str) -> ModelSpec:
+    """What `model add` registers for `request` (options.recorded) on public.t, keyed by id, with
+    a checkpoint of mean pooling and 256 word pieces, and the `precision` it was checked in."""
+    info = embedder.ModelInfo(
+        dimensions=384, pooling="mean", max_seq_length=256, position_limit=512
     )
+    where = ("m", "public", "t", "id", "integer", "c", "embedding_m")
+    values = options.recorded(options.values(request), info)
+    return ModelSpec(*where, dimensions=384, precision_requested=precision, **values)
 
 
 def test_a_setting_left_to_the_checkpoint_or_auto_matches_any() -> None:
-    spec = _spec(precision="bf16", precision_requested="bf16")
+    spec = registered(models.AddRequest("m", "t", "c"), "bf16")
+    assert (spec.pooling, spec.max_seq_length, spec.normalize) == ("mean", 256, True)
     assert models.differences(models.AddRequest("m", "t", "c"), spec) == []
     asked = models.AddRequest(
         "m", "other", "c", pooling="cls", max_seq_length=256, precision="fp32", normalize=False
