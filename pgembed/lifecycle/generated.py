@@ -1,4 +1,4 @@
-"""Generated from options.py by `python -m pgembed.lifecycle.options`: do not edit.
+"""Generated from options.py by `python -m pgembed.lifecycle`: do not edit.
 
 The static types of the model settings declared there, for mypy: the fields of the requests
 (lifecycle.models.AddRequest, lifecycle.reindex.Change) and the keywords of `pgembed.add_model`

@@ -5,14 +5,13 @@ Made from it: the click options of `model add`, `model alter` and `reindex` (cli
 model keywords of `pgembed.add_model` and `alter_model`, the checks of `AddRequest` and
 `reindex.Change`, the "same model?" rule of `model add`, and the catalog row of a new model or
 version. What mypy must see (the requests' fields, the keywords' TypedDicts) is generated from it
-into generated.py: `python -m pgembed.lifecycle.options` writes it again, and a unit test fails
-while it is stale. Adding a setting is an entry here plus its behaviour (docs/decisions.md).
+into generated.py: `python -m pgembed.lifecycle` writes it again, and a unit test fails while it
+is stale. Adding a setting is an entry here plus its behaviour (docs/decisions.md).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,7 +206,7 @@ def recorded(asked: Mapping[str, Any], info: embedder.ModelInfo) -> dict[str, An
 
 # The generated module: its path, and the source written there.
 GENERATED = Path(__file__).with_name("generated.py")
-_HEADER = '''"""Generated from options.py by `python -m pgembed.lifecycle.options`: do not edit.
+_HEADER = '''"""Generated from options.py by `python -m pgembed.lifecycle`: do not edit.
 
 The static types of the model settings declared there, for mypy: the fields of the requests
 (lifecycle.models.AddRequest, lifecycle.reindex.Change) and the keywords of `pgembed.add_model`
@@ -263,6 +262,6 @@ def source() -> str:
     return _HEADER + "".join(blocks) + "\n"
 
 
-if __name__ == "__main__":
+def write() -> None:
+    """Write generated.py again (`python -m pgembed.lifecycle`)."""
     GENERATED.write_text(source())
-    sys.stdout.write(f"wrote {GENERATED}\n")

@@ -60,7 +60,7 @@ def mapped(command: click.Command, names: dict[str, str | None]) -> set[str]:
 def test_the_generated_types_are_current() -> None:
     # mypy reads generated.py; a setting declared in options.py but not there is untyped.
     assert options.GENERATED.read_text() == options.source(), (
-        "pgembed/lifecycle/generated.py is stale: run `python -m pgembed.lifecycle.options`"
+        "pgembed/lifecycle/generated.py is stale: run `python -m pgembed.lifecycle`"
     )
 
 
