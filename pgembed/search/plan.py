@@ -1,6 +1,7 @@
 """Plans: a search as a generator of steps (`Fetch` a statement's rows, `Embed` a query text)
 that does no I/O itself, and the two drivers that run one: `execute` on a psycopg connection or
-pool, `execute_async` on an async one (which embeds in a thread, off the event loop). The plans
+pool, `execute_async` on an async one (which embeds in a thread, off the event loop). Both walk
+the plan with one loop (`_Walk`) and differ only in how they answer a step. The plans
 themselves are in planner.py.
 """
 
@@ -10,7 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any, LiteralString, TypeVar
+from typing import Any, Generic, LiteralString, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -47,27 +48,60 @@ class Embed:
     text: str
 
 
-Plan = Generator[Fetch | Embed, Any, _T]
+@dataclass(frozen=True)
+class Compute:
+    """Send back `function()`: other CPU-bound work (encoding texts), which the async driver
+    runs in a thread too."""
+
+    function: Callable[[], Any]
+
+
+Step = Fetch | Embed | Compute
+Plan = Generator[Step, Any, _T]
+
+
+class _Walk(Generic[_T]):
+    """A plan walked by a driver, the one loop both share: iterating gives its steps; the driver
+    answers each in `answering()`, setting `reply`, and a PgembedError raised there goes to the
+    plan instead (which may handle it: see _in_one_space); `result` is the plan's value."""
+
+    def __init__(self, plan: Plan[_T]) -> None:
+        self._plan = plan
+        self._failure: PgembedError | None = None
+        self.reply: Any = None
+        self.result: _T
+
+    def __iter__(self) -> Iterator[Step]:
+        return self
+
+    def __next__(self) -> Step:
+        reply, failure = self.reply, self._failure
+        self.reply, self._failure = None, None
+        try:
+            return self._plan.send(reply) if failure is None else self._plan.throw(failure)
+        except StopIteration as done:
+            self.result = done.value
+            raise
+
+    @contextmanager
+    def answering(self) -> Iterator[None]:
+        try:
+            yield
+        except PgembedError as exc:
+            self._failure = exc
 
 
 def execute(conn: psycopg.Connection | ConnectionPool[psycopg.Connection], plan: Plan[_T]) -> _T:
     """Run a plan on a connection, or on a pool's (borrowed for each statement, so none is held
     while a model loads or encodes); its errors are pgembed errors."""
-    reply: Any = None
-    failure: PgembedError | None = None
-    while True:
-        try:
-            step = plan.send(reply) if failure is None else plan.throw(failure)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        reply, failure = None, None
-        try:
+    walk = _Walk(plan)
+    for step in walk:
+        with walk.answering():
             if isinstance(step, Fetch):
-                reply = _fetch(conn, step)
+                walk.reply = _fetch(conn, step)
             else:
-                reply = embed_query(step.spec, step.text)
-        except PgembedError as exc:
-            failure = exc  # the plan may handle it (see _in_one_space)
+                walk.reply = _compute(step)
+    return walk.result
 
 
 async def execute_async(
@@ -77,24 +111,20 @@ async def execute_async(
 ) -> _T:
     """The same on an async connection or pool; embedding runs in a thread, never on the event
     loop, or through `embed` (a QueryBatcher's, search/batching.py)."""
-    reply: Any = None
-    failure: PgembedError | None = None
-    while True:
-        try:
-            step = plan.send(reply) if failure is None else plan.throw(failure)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        reply, failure = None, None
-        try:
+    walk = _Walk(plan)
+    for step in walk:
+        with walk.answering():
             if isinstance(step, Fetch):
-                reply = await _fetch_async(conn, step)
+                walk.reply = await _fetch_async(conn, step)
+            elif isinstance(step, Embed) and embed is not None:
+                walk.reply = await embed(step.spec, step.text)
             else:
-                if embed is None:
-                    reply = await asyncio.to_thread(embed_query, step.spec, step.text)
-                else:
-                    reply = await embed(step.spec, step.text)
-        except PgembedError as exc:
-            failure = exc
+                walk.reply = await asyncio.to_thread(_compute, step)
+    return walk.result
+
+
+def _compute(step: Embed | Compute) -> Any:
+    return step.function() if isinstance(step, Compute) else embed_query(step.spec, step.text)
 
 
 # The helpers' override of hnsw.ef_search, for the rest of the transaction: it wins over the
