@@ -1,10 +1,11 @@
 """`pgembed.AsyncClient`: the Client's methods for asyncio applications.
 
+The methods are the Client's, declared once in clientcore.py; this module is the asyncio driver.
 Searches run the same plans as `pgembed.Client` (search/planner.py) on `psycopg.AsyncConnection`s
 from an `AsyncConnectionPool`. Everything that would block the event loop runs in a thread
 (`asyncio.to_thread`): loading a model and encoding, the first connection check, and the
-administrative calls (migrate_schema, add_model, alter_model, sync_once, status), which reuse the
-synchronous implementations of pgembed.api.
+administrative calls (migrate_schema, add_model, alter_model, alter_table, sync_once, status),
+which reuse the synchronous implementations of pgembed.api.
 
 Query texts are encoded with dynamic batching (search/batching.py): the searches of many tasks
 that wait for the encoder at once are encoded together, as `pgembed serve` does.
@@ -13,27 +14,22 @@ that wait for the encoder at once are encoded together, as `pgembed serve` does.
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any, TypeVar, Unpack, cast
+from typing import TypeVar
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from pgembed import api, db, defaults, locate
-from pgembed.api import AlterOptions, ModelOptions, SyncResult
-from pgembed.catalog.registry import ModelSpec
-from pgembed.client import check_database, encode, require_texts
-from pgembed.encode.embedder import Vectors
+from pgembed.clientcore import Awaiting, Methods, OnPool, WithUrl, Work, check_database
 from pgembed.errors import UsageError
-from pgembed.lifecycle.altertable import Altered
-from pgembed.search import batching, plan, planner
-from pgembed.search.planner import Filter, Hit, HybridHit, SearchRequest
+from pgembed.search import batching, plan
 
 _T = TypeVar("_T")
 
 
-class AsyncClient:
+class AsyncClient(Methods, Awaiting):
     """A handle on one database for asyncio code; share one per application (and event loop).
 
         async with pgembed.AsyncClient(url) as client:
@@ -66,87 +62,6 @@ class AsyncClient:
         self._lock = asyncio.Lock()
         self._closed = False
 
-    async def search(
-        self,
-        model: str,
-        text: str,
-        k: int = 10,
-        filter: Filter | None = None,
-        *,
-        ef_search: int | None = None,
-    ) -> list[Hit]:
-        """The k rows nearest to `text`, nearest first (pgembed.search)."""
-        request = SearchRequest(model, text=text, k=k, filter=filter, ef_search=ef_search)
-        return cast(list[Hit], await self._run(planner.plan(request)))
-
-    async def similar(
-        self,
-        model: str,
-        key: object,
-        k: int = 10,
-        filter: Filter | None = None,
-        *,
-        ef_search: int | None = None,
-    ) -> list[Hit]:
-        """The k rows nearest to the row with this key, itself excluded (pgembed.similar)."""
-        request = SearchRequest(model, similar_to=key, k=k, filter=filter, ef_search=ef_search)
-        return cast(list[Hit], await self._run(planner.plan(request)))
-
-    async def hybrid_search(
-        self,
-        model: str,
-        text: str,
-        k: int = 10,
-        filter: Filter | None = None,
-        *,
-        ef_search: int | None = None,
-    ) -> list[HybridHit]:
-        """Vector and full-text rankings of `text`, fused by rank (pgembed.hybrid_search)."""
-        request = SearchRequest(
-            model, text=text, hybrid=True, k=k, filter=filter, ef_search=ef_search
-        )
-        return cast(list[HybridHit], await self._run(planner.plan(request)))
-
-    async def embed(self, model: str, texts: Iterable[str], *, queries: bool = False) -> Vectors:
-        """Vectors (one row per text) exactly as the model embeds rows, or queries if `queries`;
-        encoded in a thread."""
-        checked = require_texts(texts)
-        spec = await self._run(planner.spec_plan(model))
-        return await asyncio.to_thread(encode, spec, checked, queries)
-
-    async def migrate_schema(self) -> list[str]:
-        """`pgembed.migrate_schema` on this client's database, in a thread."""
-        return await asyncio.to_thread(api.migrate_schema, await self._resolved_url())
-
-    async def add_model(
-        self, name: str, table: str, column: str, **options: Unpack[ModelOptions]
-    ) -> ModelSpec:
-        """`pgembed.add_model` on this client's database, in a thread (it loads the model)."""
-        url = await self._resolved_url()
-        add = functools.partial(api.add_model, name, table, column, database_url=url, **options)
-        return await asyncio.to_thread(add)
-
-    async def alter_model(self, name: str, **options: Unpack[AlterOptions]) -> ModelSpec:
-        """`pgembed.alter_model` on this client's database, in a thread (it loads the model and
-        reindexes)."""
-        url = await self._resolved_url()
-        alter = functools.partial(api.alter_model, name, database_url=url, **options)
-        return await asyncio.to_thread(alter)
-
-    async def alter_table(self, table: str, statement: str) -> Altered:
-        """`pgembed.alter_table` on this client's database, in a thread."""
-        url = await self._resolved_url()
-        alter = functools.partial(api.alter_table, table, statement, database_url=url)
-        return await asyncio.to_thread(alter)
-
-    async def sync_once(self, models: str | Sequence[str] | None = None) -> SyncResult:
-        """`pgembed.sync_once` on this client's database, in a thread (it encodes)."""
-        return await asyncio.to_thread(api.sync_once, models, await self._resolved_url())
-
-    async def status(self, *, exact: bool = False) -> list[dict[str, Any]]:
-        """`pgembed.status` on this client's database, in a thread."""
-        return await asyncio.to_thread(api.status, await self._resolved_url(), exact=exact)
-
     async def close(self) -> None:
         async with self._lock:
             self._closed = True
@@ -166,8 +81,13 @@ class AsyncClient:
     ) -> None:
         await self.close()
 
-    async def _run(self, work: plan.Plan[_T]) -> _T:
-        return await plan.execute_async(await self._ready(), work, self.batcher.embed)
+    async def _do(self, work: Work[_T]) -> _T:
+        if isinstance(work, OnPool):
+            return await plan.execute_async(await self._ready(), work.plan, self.batcher.embed)
+        url = await self._resolved_url()
+        if isinstance(work, WithUrl):
+            return await asyncio.to_thread(work.function, url)
+        return await asyncio.to_thread(_connected, work.function, url)
 
     async def _resolved_url(self) -> str:
         if self._url is None:
@@ -190,3 +110,9 @@ class AsyncClient:
                 await opening.open()
                 self._pool = opening
             return self._pool
+
+
+def _connected(function: Callable[[psycopg.Connection], _T], url: str) -> _T:
+    """function(conn) on a connection of its own (as pgembed.api's functions run)."""
+    with api.connection(url) as conn:
+        return function(conn)
