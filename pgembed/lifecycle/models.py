@@ -124,6 +124,16 @@ def add(
     return spec, setup.finish(conn, url, spec, say, build)
 
 
+@dataclass(frozen=True)
+class Difference:
+    """A setting (or the table, columns, key) a request asks otherwise than a model has."""
+
+    option: str  # as the CLI spells it, without its dashes
+    keyword: str  # as Python does
+    asked: object
+    registered: object
+
+
 def differences(request: AddRequest, spec: ModelSpec) -> list[Difference]:
     """What `request` asks for that model `spec` was not registered with (a key, a pooling,
     max_seq_length or precision left to its default matches any): the "same model?" rule of an
@@ -139,14 +149,6 @@ def differences(request: AddRequest, spec: ModelSpec) -> list[Difference]:
         for s, asked, registered in options.unlike(request, spec)
     ]
     return [d for d in where if d.asked != d.registered] + settings
-
-
-@dataclass(frozen=True)
-class Difference:
-    option: str  # as the CLI spells it, without its dashes
-    keyword: str  # as Python does
-    asked: object
-    registered: object
 
 
 def _add_in_transaction(

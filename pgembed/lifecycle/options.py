@@ -21,6 +21,7 @@ from pgembed import checks, defaults
 from pgembed.catalog import registry
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, precision
+from pgembed.lifecycle.generated import ModelSettings, SettingChanges
 
 # How a model's catalog row records the setting: as given; as the loaded checkpoint has it (its
 # default None asks for the checkpoint's own); or as precision.choose resolves it (with_precision).
@@ -29,6 +30,8 @@ Recorded = Literal["given", "loaded", "checked"]
 
 @dataclass(frozen=True)
 class Setting:
+    """One setting of a model: what the CLI, the API, the checks and the catalog need to know."""
+
     name: str  # the field of AddRequest and reindex.Change
     kind: type[str] | type[bool] | type[int]
     default: str | bool | int | None  # model add's; model alter's is None: keep the current
@@ -142,7 +145,6 @@ SETTINGS = (
         on_add=False,
     ),
 )
-BY_NAME = {s.name: s for s in SETTINGS}
 
 
 def taken(*, alter: bool) -> Iterator[Setting]:
@@ -150,7 +152,7 @@ def taken(*, alter: bool) -> Iterator[Setting]:
     return (s for s in SETTINGS if alter or s.on_add)
 
 
-def check(request: object, *, alter: bool) -> None:
+def check(request: ModelSettings | SettingChanges, *, alter: bool) -> None:
     """Each setting of `request` (an AddRequest, or with `alter` a reindex.Change) is of its type
     and range, before anything is registered. None keeps a setting of a change, and asks for the
     checkpoint's own where that is the default."""
@@ -170,22 +172,22 @@ def from_keywords(function: str, given: Mapping[str, object], *, alter: bool) ->
     return {names[k]: v for k, v in given.items()}
 
 
-def values(request: object, *, alter: bool = False) -> dict[str, Any]:
+def values(request: ModelSettings | SettingChanges, *, alter: bool = False) -> dict[str, Any]:
     """The settings of an AddRequest (or with `alter` a reindex.Change), by name."""
     return {s.name: getattr(request, s.name) for s in taken(alter=alter)}
 
 
-def unlike(request: object, spec: ModelSpec) -> list[tuple[Setting, Any, Any]]:
+def unlike(request: ModelSettings, spec: ModelSpec) -> list[tuple[Setting, Any, Any]]:
     """The settings of `request` (an AddRequest) that model `spec` was not registered with:
     (setting, asked for, registered); see Setting.matches_any."""
     pairs = ((s, getattr(request, s.name), getattr(spec, s.stored)) for s in taken(alter=False))
     return [(s, want, have) for s, want, have in pairs if not s.matches_any(want) and want != have]
 
 
-def changed(spec: ModelSpec, change: object) -> dict[str, Any]:
+def changed(spec: ModelSpec, change: SettingChanges) -> dict[str, Any]:
     """`spec`'s settings with `change` (a reindex.Change) applied: None keeps a value, except
     that with another checkpoint a loaded setting left unset is the new checkpoint's own."""
-    new_ref = getattr(change, "model_ref", None) not in (None, spec.model_ref)
+    new_ref = change.model_ref not in (None, spec.model_ref)
 
     def current(setting: Setting) -> Any:
         return None if new_ref and setting.recorded == "loaded" else getattr(spec, setting.stored)
