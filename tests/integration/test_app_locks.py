@@ -127,7 +127,7 @@ def test_a_held_row_is_not_embedded_again_while_its_text_is_the_same(
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="pgembed.sync"):
         daemon.run()  # the same worker's next pass, as a daemon's
-    # The vector kept from the first try is written, unless the text is another now.
+    # The vector cached at the first try is written, unless the text is another now.
     assert f"rows=1 written=1 failed=0 held=0 reused={reused} " in caplog.text
     assert_every_vector_matches_its_text(reviews)
     assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
@@ -226,26 +226,26 @@ def test_a_row_held_for_long_waits_longer_each_time(
 def test_a_renewal_in_flight_does_not_make_a_held_row_wait_for_its_lease(
     spec: registry.ModelSpec, reviews: psycopg.Connection, db_url: str
 ) -> None:
-    """The keeper's renewal locks the worker's queue entries for a moment; a postpone at that
+    """The lease renewer's renewal locks the worker's queue entries for a moment; a postpone at that
     moment skipped them as if the application held them, and the key waited out its lease."""
     claimed = batch.fetch(reviews, spec, CONFIG)
     assert claimed is not None and len(claimed.rows) == 8
     embedded = batch.embed(claimed, CONFIG)
-    held = leases.Held()
+    leased = leases.Leases()
     renewal_began = threading.Event()
 
-    def renew_slowly() -> None:  # as Keeper._tick's renewal, its statement slowed down
-        with held.renewing(), db.connection(db_url, autocommit=False) as keeper:
-            keeper.execute("SELECT 1 FROM pgembed.queue WHERE key = '5' FOR UPDATE")
+    def renew_slowly() -> None:  # as LeaseRenewer._tick's renewal, its statement slowed down
+        with leased.renewing(), db.connection(db_url, autocommit=False) as renewer:
+            renewer.execute("SELECT 1 FROM pgembed.queue WHERE key = '5' FOR UPDATE")
             renewal_began.set()
             time.sleep(0.5)
-            keeper.commit()
+            renewer.commit()
 
     with db.connection(db_url, autocommit=False) as app, ThreadPoolExecutor(1) as pool:
         app.execute("SELECT 1 FROM reviews WHERE id = 5 FOR UPDATE")
         renewal = pool.submit(renew_slowly)
         assert renewal_began.wait(30)
-        result = batch.write_back(reviews, claimed, embedded, CONFIG, 1.0, held)
+        result = batch.write_back(reviews, claimed, embedded, CONFIG, 1.0, leased)
         app.commit()
         renewal.result(timeout=30)
     assert (result.written, result.postponed) == (7, 1)
