@@ -23,8 +23,8 @@ SELECT
 FROM q, i;
 
 -- name: live_workers
--- status: workers heard from within `live` seconds whose lease keeper is still connected (its
--- session is named `pgembed worker <last 8 characters of its id>`, sync.sql `name_keeper`): a
+-- status: workers heard from within `live` seconds whose lease renewer is still connected (its
+-- session is named `pgembed worker <last 8 characters of its id>`, sync.sql `name_renewer`): a
 -- killed worker's session ends with it, so it stops counting at once, not a minute later.
 SELECT id, host, pid, models, heartbeat_at
 FROM pgembed.workers w

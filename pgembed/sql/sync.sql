@@ -170,7 +170,7 @@ SELECT (SELECT pg_catalog.count(*) FROM pgembed.queue WHERE model = ANY(%(models
 
 -- name: backlog
 -- What `sync --once` leaves behind, by why: keys to retry after a failure; keys leased by a
--- worker whose lease keeper is gone (killed: they are ready again when the lease ends) or still
+-- worker whose lease renewer is gone (killed: they are ready again when the lease ends) or still
 -- connected (another worker at work); keys whose rows another transaction held at the
 -- write-back (postpone: not leased, attempts 0, due later); keys that came in meanwhile
 -- (attempts 0, not leased, due).
@@ -200,8 +200,8 @@ SELECT
     + (SELECT pg_catalog.count(*) FROM pgembed.inbox WHERE model = ANY(%(models)s)) AS waiting
 FROM q;
 
--- name: name_keeper
--- A worker's lease keeper names its session after the worker (its id's last 8 characters):
+-- name: name_renewer
+-- A worker's lease renewer names its session after the worker (its id's last 8 characters):
 -- status and `sync --once` tell a live worker from a killed one by it (lifecycle.sql
 -- `live_workers`, `backlog` above).
 SELECT pg_catalog.set_config('application_name', 'pgembed worker ' || pg_catalog.right(%(worker)s, 8), false);
@@ -210,7 +210,7 @@ SELECT pg_catalog.set_config('application_name', 'pgembed worker ' || pg_catalog
 -- A live worker keeps the keys it holds: their lease is pushed forward (never back). Only keys
 -- still claimed by it under the claimed seq; rows locked by a write-back are skipped (they are
 -- being finished), so a renewal never waits for one or deadlocks with it.
-WITH held AS (
+WITH mine AS (
     SELECT q.model, q.key FROM pgembed.queue q
     JOIN ROWS FROM (
         pg_catalog.unnest(%(models)s::text[]),
@@ -224,8 +224,8 @@ UPDATE pgembed.queue q
 SET next_attempt_at = GREATEST(
     q.next_attempt_at, pg_catalog.now() + pg_catalog.make_interval(secs => %(lease)s)
 )
-FROM held
-WHERE q.model = held.model AND q.key = held.key;
+FROM mine
+WHERE q.model = mine.model AND q.key = mine.key;
 
 -- name: notify
 -- Wake the workers listening on `channel` (naming.CHANNEL): `model` has keys to embed, or is new

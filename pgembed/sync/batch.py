@@ -18,9 +18,9 @@ from pgembed.encode import embedder
 from pgembed.encode.settings import runtime_settings
 from pgembed.sync import store
 from pgembed.sync.isolate import Embedded, embed_rows
-from pgembed.sync.kept import Kept
-from pgembed.sync.leases import Held
+from pgembed.sync.leases import Leases
 from pgembed.sync.store import Claim, SourceRow
+from pgembed.sync.vectorcache import VectorCache
 
 log = logging.getLogger("pgembed.sync")
 
@@ -124,12 +124,12 @@ def _read(
         return [], []
 
 
-def embed(claimed: Claimed, config: BatchConfig, kept: Kept | None = None) -> Embedded:
-    """The batch's vectors: those `kept` has for a row's text as read now, the rest embedded."""
+def embed(claimed: Claimed, config: BatchConfig, cache: VectorCache | None = None) -> Embedded:
+    """The batch's vectors: those `cache` has for a row's text as read now, the rest embedded."""
     found, rest = (Embedded(), claimed.rows)
-    if kept is not None:
-        found, rest = kept.take(claimed.spec, claimed.rows)
-    if not rest:  # every row's vector was kept: the model need not even be loaded
+    if cache is not None:
+        found, rest = cache.take(claimed.spec, claimed.rows)
+    if not rest:  # every row's vector was cached: the model need not even be loaded
         return found
     settings = runtime_settings(claimed.spec, config.device)
     return embed_rows(embedder.get(settings), rest, claimed.spec.windows).joined(found)
@@ -141,7 +141,7 @@ def write_back(
     result: Embedded,
     config: BatchConfig,
     seconds: float,
-    leased: Held | None = None,
+    leases: Leases | None = None,
 ) -> BatchResult:
     """Write the vectors whose text is unchanged, complete the claims, record failures.
 
@@ -154,12 +154,12 @@ def write_back(
     owner's write last, so nothing of the daemon's runs in the session after the owner's code
     until clean_session has put it right.
 
-    `leased` holds the worker's leased batches: no renewal of their leases runs beside a
-    postpone (Held.no_renewal).
+    `leases` holds the worker's leased batches: no renewal of their leases runs beside a
+    postpone (Leases.no_renewal).
 
     The rows are written in slices, each its own transaction (WRITE_SLICE_SECONDS): a lock wait
     gives back the slice it stopped and the ones after it; the slices before stay written."""
-    leased = leased if leased is not None else Held()
+    leases = leases if leases is not None else Leases()
     done = _Progress()
     rows = _Rows(
         result,
@@ -168,14 +168,14 @@ def write_back(
         {row.key for row, _ in result.failed},
     )
     try:
-        return _write_back(conn, claimed, rows, config, seconds, leased, done)
+        return _write_back(conn, claimed, rows, config, seconds, leases, done)
     except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected) as exc:
         # The rows no committed slice settled are tried again later, but for those the model
         # failed on: their attempt counts (else a batch that keeps meeting a lock would retry them
         # past --max-attempts).
         left = [c for c in claimed.claims if c.key not in done.settled and c.key not in rows.failed]
         with conn.transaction():
-            postponed = _postpone(conn, claimed.spec.name, left, leased)
+            postponed = _postpone(conn, claimed.spec.name, left, leases)
         _record_failures(conn, claimed.spec, config, {c.key: c for c in claimed.claims}, result)
         log.warning(
             "model=%s %d of a batch's %d rows given back, to try again in %.0f-%.0f s: %s",
@@ -213,7 +213,7 @@ def _write_back(
     rows: _Rows,
     config: BatchConfig,
     seconds: float,
-    leased: Held,
+    leases: Leases,
     done: _Progress,
 ) -> BatchResult:
     spec, claims, result = claimed.spec, claimed.claims, rows.result
@@ -224,7 +224,7 @@ def _write_back(
         part, pending = pending[:size], pending[size:]
         started = time.monotonic()
         _write_slice(
-            conn, claimed, part, rows, config, seconds * len(part) / len(claims), leased, done
+            conn, claimed, part, rows, config, seconds * len(part) / len(claims), leases, done
         )
         per_row = (time.monotonic() - started) / len(part)
         size = max(MIN_SLICE_ROWS, int(WRITE_SLICE_SECONDS / max(per_row, 1e-6)))
@@ -284,16 +284,16 @@ def _write_slice(
     rows: _Rows,
     config: BatchConfig,
     seconds: float,
-    leased: Held,
+    leases: Leases,
     done: _Progress,
 ) -> None:
     """One slice's transaction: lock the rows of `part`'s keys that nobody holds, write the
     vectors of those whose text is unchanged, complete the keys (but failed ones), postpone the
     held ones, account."""
     spec, result = claimed.spec, rows.result
-    kept_rows = [rows.position[c.key] for c in part if c.key in rows.position]
-    keys = [result.rows[i].key for i in kept_rows]
-    md5s = [result.rows[i].text_md5 for i in kept_rows]
+    positions = [rows.position[c.key] for c in part if c.key in rows.position]
+    keys = [result.rows[i].key for i in positions]
+    md5s = [result.rows[i].text_md5 for i in positions]
     owner: str | None = None
     try:
         with conn.transaction():
@@ -310,20 +310,24 @@ def _write_slice(
                 owner = found.owner if found is not None and found.writes_as_owner else None
                 locked = store.lock(conn, spec, keys, md5s)
                 held = locked.held
-                kept = [i for i, key in enumerate(keys) if locked.same.get(key)]
-                vectors = rows.matrix[[kept_rows[i] for i in kept]]
+                unchanged = [i for i, key in enumerate(keys) if locked.same.get(key)]
+                vectors = rows.matrix[[positions[i] for i in unchanged]]
                 if owner is None:
                     written = store.write(
-                        conn, spec, [keys[i] for i in kept], [md5s[i] for i in kept], vectors
+                        conn,
+                        spec,
+                        [keys[i] for i in unchanged],
+                        [md5s[i] for i in unchanged],
+                        vectors,
                     )
                 else:
-                    written = {keys[i] for i in kept}
+                    written = {keys[i] for i in unchanged}
                 if spec.chunked:
                     store.write_chunks(conn, spec, written, result.chunks)
                 complete = [c for c in part if c.key not in rows.failed and c.key not in held]
                 store.complete(conn, spec.name, complete)
                 busy = [c for c in part if c.key in held]
-                postponed = _postpone(conn, spec.name, busy, leased)
+                postponed = _postpone(conn, spec.name, busy, leases)
                 truncated = written & set(result.truncated)
                 store.account(
                     conn, spec.name, config.worker_id, list(written), list(truncated), seconds
@@ -333,8 +337,8 @@ def _write_slice(
                         conn,
                         spec,
                         owner,
-                        [keys[i] for i in kept],
-                        [md5s[i] for i in kept],
+                        [keys[i] for i in unchanged],
+                        [md5s[i] for i in unchanged],
                         vectors,
                     )
     finally:
@@ -353,10 +357,10 @@ def _write_slice(
     done.postponed_keys.update(c.key for c in busy)
 
 
-def _postpone(conn: psycopg.Connection, model: str, claims: list[Claim], leased: Held) -> int:
+def _postpone(conn: psycopg.Connection, model: str, claims: list[Claim], leases: Leases) -> int:
     if not claims:
         return 0
-    with leased.no_renewal():
+    with leases.no_renewal():
         return store.postpone(
             conn, model, claims, BUSY_ROW_PAUSE_SECONDS, BUSY_ROW_MAX_PAUSE_SECONDS
         )

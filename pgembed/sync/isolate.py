@@ -21,7 +21,7 @@ class Embedded:
     failed: list[tuple[SourceRow, str]] = field(default_factory=list)
     # A chunked model's windows past the first: (key, window number from 1, vector) each.
     chunks: list[tuple[str, int, Vectors]] = field(default_factory=list)
-    reused: int = 0  # rows whose vectors were kept from an earlier try (kept.py), not embedded
+    reused: int = 0  # rows whose vectors were cached at an earlier try (vectorcache.py)
 
     def matrix(self) -> Vectors:
         return np.concatenate(self.vectors) if self.vectors else np.empty((0, 0), np.float32)

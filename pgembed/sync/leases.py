@@ -24,13 +24,14 @@ from pgembed.sync.store import Claim
 log = logging.getLogger("pgembed.sync")
 
 
-class Held:
-    """The batches a worker holds; the pipeline adds and drops them, the keeper reads them."""
+class Leases:
+    """The batches a worker holds leased; the pipeline adds and drops them, the renewer reads
+    them."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._batches: list[tuple[str, Sequence[Claim]]] = []
-        # Held by the keeper while its renewal runs. store.postpone skips a queue entry it finds
+        # Taken by the renewer while its renewal runs. store.postpone skips a queue entry it finds
         # locked (the application's transaction may hold it): one a renewal had locked at that
         # moment would wait out its lease (a minute) instead of its pause.
         self._renewing = threading.Lock()
@@ -69,13 +70,13 @@ class Held:
                 self._renewing.release()
 
 
-class Keeper:
-    """Renews the held leases and sends heartbeats from its own thread and connection."""
+class LeaseRenewer:
+    """Renews the leases and sends heartbeats from its own thread and connection."""
 
     def __init__(
         self, url: str, worker_id: str, lease_seconds: float, heartbeat_seconds: float
     ) -> None:
-        self.held = Held()
+        self.leases = Leases()
         self._url = url
         self._worker_id = worker_id
         self._lease = lease_seconds
@@ -115,15 +116,15 @@ class Keeper:
             except (psycopg.Error, DatabaseError) as exc:
                 # The worker's own connection sees the same fault and reconnects the session;
                 # a fault of this connection alone is healed at the next tick.
-                log.warning("lease keeper: %s; trying again", db.first_line(exc))
+                log.warning("lease renewer: %s; trying again", db.first_line(exc))
                 if self._conn is not None:
                     self._conn.close()
 
     def _tick(self) -> None:
         if self._conn is None or self._conn.closed:
             self._conn = self._connect()
-        with self.held.renewing():
-            pairs = self.held.pairs()
+        with self.leases.renewing():
+            pairs = self.leases.pairs()
             if pairs:
                 store.renew(self._conn, self._worker_id, pairs, self._lease)
         if time.monotonic() - self._last_beat >= self._heartbeat:
@@ -131,7 +132,7 @@ class Keeper:
 
     def _connect(self) -> psycopg.Connection:
         conn = db.connect(self._url, vector=False)
-        store.name_keeper(conn, self._worker_id)  # this session's life is the worker's
+        store.name_renewer(conn, self._worker_id)  # this session's life is the worker's
         return conn
 
     def _beat(self, conn: psycopg.Connection) -> None:

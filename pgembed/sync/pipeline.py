@@ -4,7 +4,7 @@ While batch n encodes on the calling thread, one I/O thread that owns the connec
 batch n-1 and claims and reads batch n+1 (torch releases the GIL in its kernels, psycopg while it
 waits on the network). Every batch keeps the guarantees of batch.py: short claim transactions
 with a lease, md5-guarded writes, bisected failures. Every batch from its claim to the end of its
-write-back (or release) is in `held`, whose leases the worker's keeper renews (leases.py), so a
+write-back (or release) is in `leases`, which the worker's LeaseRenewer renews (leases.py), so a
 slow encode never lets a batch be claimed again; on stop a prefetched batch is released.
 """
 
@@ -35,8 +35,8 @@ from pgembed.sync.batch import (
     write_back,
 )
 from pgembed.sync.isolate import Embedded
-from pgembed.sync.kept import Kept
-from pgembed.sync.leases import Held
+from pgembed.sync.leases import Leases
+from pgembed.sync.vectorcache import VectorCache
 
 log = logging.getLogger("pgembed.sync")
 
@@ -56,11 +56,11 @@ class Pipeline:
         config: BatchConfig,
         stop: threading.Event,
         on_result: OnResult,
-        held: Held | None = None,
+        leases: Leases | None = None,
         on_failed: OnFailed | None = None,
         on_model_changed: Callable[[ModelSpec], None] = lambda _spec: None,
         interrupt: Callable[[], bool] = lambda: False,
-        kept: Kept | None = None,
+        cache: VectorCache | None = None,
     ) -> None:
         self._conn = conn  # used only by the I/O thread while run() runs
         # A local server's write-backs take a core from the encode beside them (encode/sharing.py).
@@ -70,13 +70,13 @@ class Pipeline:
         self._config = config
         self._stop = stop
         self._on_result = on_result
-        self._held = held if held is not None else Held()
+        self._leases = leases if leases is not None else Leases()
         self._on_failed = on_failed or _log_failure  # on the I/O thread, which owns the connection
         self._on_model_changed = on_model_changed
         self._interrupt = interrupt  # checked once per batch: True ends the drain after it
         self._last_done = time.monotonic()
         # Held rows' vectors, for their next try (the worker's, so they outlive this drain).
-        self._kept = kept if kept is not None else Kept()
+        self._cache = cache if cache is not None else VectorCache()
 
     def run(self) -> bool:
         """Process batches until there are none or stop is set; True if any batch was done."""
@@ -98,14 +98,14 @@ class Pipeline:
                         break
                     if not self._interrupt():  # the next batch, claimed while this one encodes
                         upcoming = io.submit(self._fetch_next)
-                    result = embed(claimed, self._config, self._kept)
+                    result = embed(claimed, self._config, self._cache)
                     self._collect(writing)
                     writing = io.submit(self._store, claimed, result)
                     did_work = True
                 self._collect(writing)
             finally:
                 self._abandon(io, upcoming)
-                self._held.clear()  # nothing outlives the drain: renewing it would strand it
+                self._leases.clear()  # nothing outlives the drain: renewing it would strand it
         return did_work
 
     def _fetch_next(self) -> Claimed | None:
@@ -117,7 +117,7 @@ class Pipeline:
                 self._drop(spec)
                 continue
             self._turn += 1
-            self._held.add(spec.name, claimed.claims)
+            self._leases.add(spec.name, claimed.claims)
             return claimed
         return None
 
@@ -129,21 +129,21 @@ class Pipeline:
                 stored = self._guarded(
                     claimed.spec,
                     partial(
-                        write_back, self._conn, claimed, result, self._config, seconds, self._held
+                        write_back, self._conn, claimed, result, self._config, seconds, self._leases
                     ),
                 )
         finally:
-            self._held.drop(claimed.claims)
+            self._leases.drop(claimed.claims)
         if stored is None:
             return None
-        self._kept.keep(claimed.spec, result, stored.postponed_keys)
+        self._cache.put(claimed.spec, result, stored.postponed_keys)
         return claimed.spec, stored
 
     def _release(self, claimed: Claimed) -> None:
         try:
             release(self._conn, claimed)
         finally:
-            self._held.drop(claimed.claims)
+            self._leases.drop(claimed.claims)
 
     def _guarded(self, spec: ModelSpec, step: Callable[[], _T]) -> _T | None:
         """Run a database step; an error that is not the connection's takes the model out.

@@ -292,8 +292,8 @@ def write_chunks(
         sql.SQL("DELETE FROM {} c WHERE {}").format(table, naming.key_in(spec, "c", "key")),
         (sorted(written),),
     )
-    kept = sorted((c for c in chunks if c[0] in written), key=lambda c: (c[0], c[1]))
-    if not kept:
+    windows = sorted((c for c in chunks if c[0] in written), key=lambda c: (c[0], c[1]))
+    if not windows:
         return
     query = sql.SQL(
         "INSERT INTO {} (key, chunk, embedding) "
@@ -301,7 +301,7 @@ def write_chunks(
         "FROM ROWS FROM (pg_catalog.unnest(%s::text[]), pg_catalog.unnest(%s::integer[]), "
         "pg_catalog.unnest(%b)) AS v(key, chunk, embedding)"
     ).format(table, key_type)
-    params = ([c[0] for c in kept], [c[1] for c in kept], [Vector(c[2]) for c in kept])
+    params = ([c[0] for c in windows], [c[1] for c in windows], [Vector(c[2]) for c in windows])
     with conn.cursor(binary=True) as cur:
         cur.execute(query, params)
 
@@ -424,9 +424,9 @@ def require_primary(conn: psycopg.Connection) -> None:
         )
 
 
-def name_keeper(conn: psycopg.Connection, worker: str) -> None:
-    """Name the lease keeper's session after its worker: how status tells it is alive."""
-    conn.execute(sqlfiles.get("sync", "name_keeper"), {"worker": worker})
+def name_renewer(conn: psycopg.Connection, worker: str) -> None:
+    """Name the lease renewer's session after its worker: how status tells it is alive."""
+    conn.execute(sqlfiles.get("sync", "name_renewer"), {"worker": worker})
 
 
 def listen(conn: psycopg.Connection) -> None:
@@ -455,14 +455,14 @@ def worker_exit(conn: psycopg.Connection, worker: str) -> None:
 
 
 def renew(
-    conn: psycopg.Connection, worker: str, held: Sequence[tuple[str, Claim]], lease_seconds: float
+    conn: psycopg.Connection, worker: str, leased: Sequence[tuple[str, Claim]], lease_seconds: float
 ) -> int:
     """Push the lease of the (model, claim) pairs this worker still holds forward; returns how
     many keys were renewed (completed, released or taken-over keys are left alone)."""
     params = {
-        "models": [model for model, _ in held],
-        "keys": [claim.key for _, claim in held],
-        "seqs": [claim.seq for _, claim in held],
+        "models": [model for model, _ in leased],
+        "keys": [claim.key for _, claim in leased],
+        "seqs": [claim.seq for _, claim in leased],
         "worker": worker,
         "lease": lease_seconds,
     }

@@ -1,10 +1,10 @@
-"""The vectors of rows a write-back could not write because another transaction held them, kept
-for the row's next try: a row an application holds for long is tried again 1 s to a minute apart
-(batch.py), and while its text is the same it is not embedded again at each try.
+"""A cache of the vectors of rows a write-back could not write because another transaction held
+them, for the row's next try: a row an application holds for long is tried again 1 s to a minute
+apart (batch.py), and while its text is the same it is not embedded again at each try.
 
-A kept vector is used only for the same model settings (the whole ModelSpec) and the same text
+A cached vector is used only for the same model settings (the whole ModelSpec) and the same text
 (md5, as read at the try); the write-back's md5 guard stands behind it as for any vector. The
-store is this worker's, in memory, bounded (KEPT_BYTES), least recently kept first out."""
+cache is this worker's, in memory, bounded (CACHE_BYTES), least recently put first out."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pgembed.sync.store import SourceRow
 
 # The held rows of a few batches, chunks included: 16,384 vectors of 384 dimensions (float32), a
 # tenth as many of 4096. Bytes, not vectors, so a wide model keeps fewer.
-KEPT_BYTES = 25 * 2**20
+CACHE_BYTES = 25 * 2**20
 
 
 @dataclass(frozen=True)
@@ -39,17 +39,17 @@ class _Entry:
         return int(self.vector.nbytes) + sum(int(v.nbytes) for _, v in self.chunks)
 
 
-class Kept:
+class VectorCache:
     """Thread-safe: the encode thread takes, the I/O thread keeps (pipeline.py)."""
 
-    def __init__(self, most: int = KEPT_BYTES) -> None:
+    def __init__(self, most: int = CACHE_BYTES) -> None:
         self._most = most
         self._size = 0
         self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
         self._lock = threading.Lock()
 
-    def keep(self, spec: ModelSpec, embedded: Embedded, keys: Iterable[str]) -> None:
-        """Keep the vectors `embedded` has of `keys` (rows it failed on have none)."""
+    def put(self, spec: ModelSpec, embedded: Embedded, keys: Iterable[str]) -> None:
+        """Cache the vectors `embedded` has of `keys` (rows it failed on have none)."""
         wanted = set(keys)
         if not wanted:
             return
@@ -73,8 +73,8 @@ class Kept:
                     self._put((spec.name, row.key), entry)
 
     def take(self, spec: ModelSpec, rows: Sequence[SourceRow]) -> tuple[Embedded, list[SourceRow]]:
-        """The rows kept for this model's settings and their text as read now, as an Embedded
-        (its `reused` their count), and the rows left to embed. A row's entry leaves the store
+        """The rows cached for this model's settings and their text as read now, as an Embedded
+        (its `reused` their count), and the rows left to embed. A row's entry leaves the cache
         either way: it is written now, or made for another text or settings."""
         found = Embedded()
         rest: list[SourceRow] = []

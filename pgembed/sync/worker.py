@@ -29,9 +29,9 @@ from pgembed.encode.settings import runtime_settings
 from pgembed.errors import ConfigError, DatabaseError, NotFoundError
 from pgembed.sync import store
 from pgembed.sync.batch import BatchConfig, BatchResult
-from pgembed.sync.kept import Kept
-from pgembed.sync.leases import Keeper
+from pgembed.sync.leases import LeaseRenewer
 from pgembed.sync.pipeline import Pipeline
+from pgembed.sync.vectorcache import VectorCache
 
 log = logging.getLogger("pgembed.sync")
 
@@ -116,7 +116,7 @@ class Worker:
         self._config = BatchConfig(
             self.id, options.claim_size, options.lease_seconds, options.max_attempts, options.device
         )
-        self._kept = Kept()  # held rows' vectors, across drains (sync/kept.py)
+        self._cache = VectorCache()  # held rows' vectors, across drains
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -164,7 +164,7 @@ class Worker:
         # (store.write_as_owner), could put its own statement under the name of one.
         conn.prepare_threshold = None
         self._reached = True
-        keeper = Keeper(
+        renewer = LeaseRenewer(
             self.url, self.id, self.options.lease_seconds, self.options.heartbeat_seconds
         )
         listener: psycopg.Connection | None = None
@@ -173,43 +173,45 @@ class Worker:
             migrate.require_current(conn)
             store.require_primary(conn)
             store.listen(listener)
-            if self._started:  # claims held before the fault are dead: hand them back now
+            if self._started:  # claims leased before the fault are dead: hand them back now
                 store.release_worker(conn, self.id)
             if self.backoff.reset():
                 log.info("reconnected to the database")
             try:
-                self._loop(conn, listener, keeper)
+                self._loop(conn, listener, renewer)
             except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
                 migrate.require_current(conn)  # says "run `pgembed migrate`" if that is the cause
                 raise
-            keeper.close()  # before leaving the list of workers, so no heartbeat comes after
+            renewer.close()  # before leaving the list of workers, so no heartbeat comes after
             store.worker_exit(conn, self.id)
         finally:
-            keeper.close()
+            renewer.close()
             conn.close()
             if listener is not None:
                 listener.close()
 
-    def _loop(self, conn: psycopg.Connection, listener: psycopg.Connection, keeper: Keeper) -> None:
+    def _loop(
+        self, conn: psycopg.Connection, listener: psycopg.Connection, renewer: LeaseRenewer
+    ) -> None:
         specs = self.models(conn, strict=not self._started)
-        keeper.start(_names(specs))
+        renewer.start(_names(specs))
         self._started = True
         while not self.stop_event.is_set():
             announced = partial(self._new_model_announced, listener, specs)
-            did_work = self.drain(conn, specs, announced, keeper)
+            did_work = self.drain(conn, specs, announced, renewer)
             if self._stale:  # a model was altered or reindexed under a batch: reread the catalog
                 self._stale = False
-                specs = self._reread(conn, keeper)
+                specs = self._reread(conn, renewer)
                 continue
             if self.options.once and not did_work:
                 return
             if not did_work:
                 self._wait(listener)
-                specs = self._reread(conn, keeper)  # models added, removed, broken or mended
+                specs = self._reread(conn, renewer)  # models added, removed, broken or mended
 
-    def _reread(self, conn: psycopg.Connection, keeper: Keeper) -> list[ModelSpec]:
+    def _reread(self, conn: psycopg.Connection, renewer: LeaseRenewer) -> list[ModelSpec]:
         specs = self.models(conn)
-        keeper.serve(_names(specs))
+        renewer.serve(_names(specs))
         return specs
 
     def models(self, conn: psycopg.Connection, strict: bool = False) -> list[ModelSpec]:
@@ -251,7 +253,7 @@ class Worker:
         conn: psycopg.Connection,
         specs: Sequence[ModelSpec],
         interrupt: Callable[[], bool] = lambda: False,
-        keeper: Keeper | None = None,
+        renewer: LeaseRenewer | None = None,
     ) -> bool:
         """Batches of each model in turn, until every queue is empty, stop is asked or
         `interrupt` says so; database I/O overlaps encoding (see pipeline.py)."""
@@ -261,11 +263,11 @@ class Worker:
             self._config,
             self.stop_event,
             on_result=self._count,
-            held=keeper.held if keeper is not None else None,
+            leases=renewer.leases if renewer is not None else None,
             on_failed=partial(self._batch_failed, conn),
             on_model_changed=self._model_changed,
             interrupt=interrupt,
-            kept=self._kept,
+            cache=self._cache,
         )
         return pipeline.run()
 

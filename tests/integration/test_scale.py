@@ -144,7 +144,7 @@ def test_a_dead_workers_lease_is_no_failure(
 ) -> None:
     """A worker killed mid-batch (SIGKILL: no exit, no release) leaves its keys leased and its
     heartbeat fresh: `sync --once` says they come back when the lease ends, not that they
-    failed; status counts only workers whose lease keeper is still connected."""
+    failed; status counts only workers whose lease renewer is still connected."""
     dead = "gone-host:4242:deadbeef"
     conn.execute(
         "INSERT INTO pgembed.workers (id, host, pid, models) VALUES (%s, 'gone-host', 4242, "
@@ -163,12 +163,12 @@ def test_a_dead_workers_lease_is_no_failure(
     left = re.search(r"ready again when its lease ends, in (\d+) s", result.output)
     assert left is not None and 200 < int(left.group(1)) <= 300, result.output  # the 300 s lease
 
-    keeper = leases.Keeper(db_url, "live-host:1:cafef00d", 60, 10)
-    keeper.start(["minilm"])
+    renewer = leases.LeaseRenewer(db_url, "live-host:1:cafef00d", 60, 10)
+    renewer.start(["minilm"])
     try:
         live = status.model_status(conn, spec)["workers"]
         assert [w["id"] for w in live] == ["live-host:1:cafef00d"]
     finally:
-        keeper.close()
+        renewer.close()
     # its session ends with it (the server notices the closed socket at once)
-    wait_for(lambda: status.model_status(conn, spec)["workers"] == [], 10, "the keeper to go")
+    wait_for(lambda: status.model_status(conn, spec)["workers"] == [], 10, "the renewer to go")
