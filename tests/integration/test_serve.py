@@ -615,6 +615,43 @@ def raw_request(port: int, head: bytes, body: bytes = b"") -> tuple[int, dict[st
         return response.status, dict(response.getheaders()), response.read()
 
 
+def until_closed(sock: socket.socket) -> bytes:
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_each_head_of_a_keep_alive_connection_is_checked(shop_url: str) -> None:
+    """serve/front.py: a second request's head not whole in time is a 408 (counted from its
+    first byte); one the parser cannot read, sent before the first request's answer, is a JSON
+    400 after that answer, not within it."""
+    served = SearchServer(Api(shop_url), "127.0.0.1", 0, head_seconds=1.0)
+    served.start()
+    get = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    try:
+        with socket.create_connection(("127.0.0.1", served.port), timeout=TIMEOUT) as sock:
+            sock.sendall(get)
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+            time.sleep(1.5)  # idle between requests: keep-alive's time, not the head's
+            started = time.monotonic()
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: loc")
+            late = until_closed(sock)
+            took = time.monotonic() - started
+        head, _, body = late.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408 ") and b"application/json" in head, late
+        assert json.loads(body) == {"error": "the request's headers did not arrive within 1 s"}
+        assert 0.9 < took < 10, took
+        with socket.create_connection(("127.0.0.1", served.port), timeout=TIMEOUT) as sock:
+            sock.sendall(get + b"GET / HTTP/1.x\r\n\r\n")
+            both = until_closed(sock)
+        first, bad = both.split(b"HTTP/1.1 400 ")
+        assert first.startswith(b"HTTP/1.1 200 ") and b'"status":' in first, both
+        assert json.loads(bad.partition(b"\r\n\r\n")[2])["error"].startswith("invalid HTTP")
+    finally:
+        served.stop()
+
+
 def test_a_short_body_a_lone_surrogate_and_a_filter_type_error(shop_url: str) -> None:
     """Issue 26's: a body shorter than its Content-Length is a quick 408, not a 500 after 30 s;
     a lone surrogate in any field is a 400, not a 500; a filter comparing a column with a value
