@@ -2,11 +2,11 @@
 {"error": "one line"} with its status, never a traceback; one log line per request (method,
 path, status, milliseconds) at INFO.
 
-`Guard` wraps every request, before any route: the Host check (bound to a loopback address, a
-request whose Host is not localhost, 127.0.0.1, [::1] or the address given gets 421: a web page
-whose name was rebound to 127.0.0.1, DNS rebinding, cannot read it as same-origin), the limit on
-requests in flight (past it, 503 with Retry-After at once, not a queue without end), the
-security headers, and the log line.
+guards.py's middleware wraps every request, before any route: the Host check (bound to a
+loopback address, a request whose Host is not localhost, 127.0.0.1, [::1] or the address given
+gets 421: a web page whose name was rebound to 127.0.0.1, DNS rebinding, cannot read it as
+same-origin), the limit on requests in flight (past it, 503 with Retry-After at once, not a
+queue without end), the security headers, and the log line.
 
 POST /search refuses what a web page of another origin can send without the browser asking
 first (a "simple" request: text/plain or a form's encoding), so only `Content-Type:
@@ -20,9 +20,7 @@ GET /favicon.svg.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -32,47 +30,26 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from pgembed import defaults
 from pgembed.search import planner
 from pgembed.serve import page
 from pgembed.serve.api import Api, ApiError, status_of
+from pgembed.serve.guards import Guard, HostCheck, InFlightLimit, JsonError, dumps
 
 log = logging.getLogger("pgembed.serve")
 
 MAX_BODY = 1 << 20  # bytes: a search request is a few hundred
 BODY_SECONDS = 10.0  # a body not whole within this long (shorter than its Content-Length?): 408
 MAX_IN_FLIGHT = defaults.SERVE_MAX_IN_FLIGHT  # requests answered at once; past it 503
-RETRY_AFTER = "1"  # seconds, in a 503 for a server at its limit
-
-# What every answer carries. The page's script and style are inline; the CSP allows those two
-# (by hash) and nothing else: no other script, no frame around it, no form sent elsewhere.
-SECURITY_HEADERS = [
-    (b"content-security-policy", page.CSP.encode()),
-    (b"x-frame-options", b"DENY"),
-    (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
-    (b"cache-control", b"no-store"),
-]
-
-
-class JsonError(Response):
-    media_type = "application/json"
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(_dumps({"error": message}), status, headers)
-
-
-def _dumps(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, default=str).encode()
 
 
 class Json(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return _dumps(content)
+        return dumps(content)
 
 
 def make_app(
@@ -82,7 +59,7 @@ def make_app(
     max_in_flight: int = MAX_IN_FLIGHT,
     body_seconds: float = BODY_SECONDS,
 ) -> ASGIApp:
-    """The application: `hosts` the Host names answered (None: any), see Guard."""
+    """The application: `hosts` the Host names answered (None: any), see guards.HostCheck."""
 
     @_answered
     async def search(request: Request) -> Response:
@@ -130,7 +107,7 @@ def make_app(
         lifespan=_lifespan(api),
     )
     app.router.redirect_slashes = False  # POST /search/ is a 404, not a 307 with no body
-    return Guard(app, hosts, max_in_flight)
+    return Guard(HostCheck(InFlightLimit(app, max_in_flight), hosts))
 
 
 def _lifespan(api: Api) -> Callable[[Starlette], Any]:
@@ -254,83 +231,3 @@ async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
         task.cancel()
         raise ApiError(499, "the client went away")
     return task.result()
-
-
-class Guard:
-    """Around the application (pure ASGI, so it sees every request, routed or not): the Host
-    check, the limit on requests in flight, the security headers, one log line per request."""
-
-    def __init__(self, app: ASGIApp, hosts: frozenset[str] | None, max_in_flight: int) -> None:
-        self.app = app
-        self.hosts = hosts
-        self.max_in_flight = max_in_flight
-        self.in_flight = 0
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        method, path = scope["method"], scope["path"]
-
-        replied = False
-
-        async def answer(message: Message) -> None:
-            nonlocal replied
-            if message["type"] == "http.response.start":
-                replied = True
-                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
-                log.info(  # before the reply goes out: a client that has it finds the line logged
-                    "%s %s %d %.1fms",
-                    method,
-                    path,
-                    message["status"],
-                    (time.perf_counter() - started) * 1000,
-                )
-            await send(message)
-
-        headers = dict(scope["headers"])
-        if not self.host_allowed(headers.get(b"host")):
-            names = ", ".join(sorted(self.hosts or ()))
-            message = f"this server answers only for Host {names} (see docs/serve.md)"
-            await _reply(JsonError(421, message, {"Connection": "close"}), scope, receive, answer)
-            return
-        if self.in_flight >= self.max_in_flight:
-            busy = f"the server is answering {self.in_flight} requests, its limit: retry shortly"
-            headers_out = {"Retry-After": RETRY_AFTER}
-            await _reply(JsonError(503, busy, headers_out), scope, receive, answer)
-            return
-        self.in_flight += 1
-        try:
-            await self.app(scope, receive, answer)
-        except asyncio.CancelledError:
-            # uvicorn cancels what is still running STOP_WAIT_SECONDS after a stop began; its own
-            # answer was a plain-text 500 and a traceback in the log.
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-            if replied:
-                log.warning("%s %s cut short: the server is stopping", method, path)
-                return
-            stopping = JsonError(503, "the server is shutting down", {"Connection": "close"})
-            await _reply(stopping, scope, receive, answer)
-        finally:
-            self.in_flight -= 1
-
-    def host_allowed(self, header: bytes | None) -> bool:
-        """Whether a request with this Host header is answered (the port does not matter)."""
-        if self.hosts is None:
-            return True
-        if header is None:
-            return False
-        name = header.decode("latin-1").strip().lower()  # "[::1]:8765" -> "[::1]"
-        bracketed = name.startswith("[") and "]" in name
-        name = name.partition("]")[0] + "]" if bracketed else name.partition(":")[0]
-        return name in self.hosts
-
-
-async def _reply(
-    response: Response, scope: Scope, receive: Receive, send: Callable[[Message], Awaitable[None]]
-) -> None:
-    """Answer without the application (the Host check, the limit); the body is not read."""
-    await response(scope, receive, send)

@@ -75,7 +75,7 @@ class SearchServer:
             http="h11",
             ws="none",
             lifespan="on",
-            log_config=None,  # pgembed's logging, one line per request (app.Guard)
+            log_config=None,  # pgembed's logging, one line per request (guards.Guard)
             log_level="warning",  # not uvicorn's own start and stop lines
             access_log=False,
             server_header=False,
