@@ -105,6 +105,17 @@ def writing_vectors(conn: psycopg.Connection) -> Iterator[None]:
         conn.execute("RESET pgembed.writing")
 
 
+def make_due(conn: psycopg.Connection) -> int:
+    """Every postponed or leased queue entry ready to be claimed now, as waiting out its pause or
+    lease would make it (instead of sleeping for it): how many were not ready yet. What a pause
+    or a lease lasts is tested where it is the subject (test_app_locks, test_leases)."""
+    cur = conn.execute(
+        "UPDATE pgembed.queue SET next_attempt_at = pg_catalog.now() "
+        "WHERE next_attempt_at > pg_catalog.now()"
+    )
+    return cur.rowcount
+
+
 def make_items(
     conn: psycopg.Connection, rows: int = 3000, rare_every: int = 50
 ) -> registry.ModelSpec:
@@ -113,7 +124,7 @@ def make_items(
     thousands of texts. `bucket = 'rare'` on every `rare_every`-th row (2 % by default);
     `note` is NULL on every third row."""
     conn.execute("CREATE TABLE items (id integer PRIMARY KEY, body text, bucket text, note text)")
-    spec = models.add(conn, models.AddRequest("minilm", "items", "body"))[0]
+    spec = models.add(conn, models.AddRequest("minilm", "items", "body", precision="fp32"))[0]
     vectors = np.random.default_rng(7).normal(size=(rows, spec.dimensions)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     copy = "COPY items (id, body, bucket, note, embedding_minilm) FROM STDIN (FORMAT BINARY)"

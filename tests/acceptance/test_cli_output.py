@@ -14,7 +14,7 @@ from pgembed.lifecycle import models
 
 
 def test_json_logs_one_line_per_batch(reviews: psycopg.Connection, db_url: str) -> None:
-    models.add(reviews, models.AddRequest("minilm", "reviews", "body"))
+    models.add(reviews, models.AddRequest("minilm", "reviews", "body", precision="fp32"))
     proc = subprocess.run(
         [
             sys.executable,
@@ -41,7 +41,7 @@ def test_json_logs_one_line_per_batch(reviews: psycopg.Connection, db_url: str) 
 
 
 def test_status_watch_refreshes(reviews: psycopg.Connection, db_url: str) -> None:
-    models.add(reviews, models.AddRequest("minilm", "reviews", "body"))
+    models.add(reviews, models.AddRequest("minilm", "reviews", "body", precision="fp32"))
     proc = subprocess.Popen(
         [
             sys.executable,

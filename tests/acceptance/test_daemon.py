@@ -21,7 +21,7 @@ from daemon_helpers import (
     start_sync,
     wait_for,
 )
-from helpers import cli, with_database
+from helpers import cli, make_due, with_database
 from pgembed.catalog import registry
 from pgembed.lifecycle import models
 
@@ -73,7 +73,7 @@ def test_sigkill_at_any_point_loses_nothing(watched: psycopg.Connection, db_url:
             watched.execute(
                 "UPDATE reviews SET body = %s WHERE id = %s", (f"round {round_} {i}", i)
             )
-    time.sleep(2.5)  # the dead workers' leases expire
+    make_due(watched)  # the dead workers' leases over (test_leases waits one out for real)
     result = cli("--database-url", db_url, "sync", "--once")
     assert result.exit_code == 0, result.output
     assert_every_vector_matches_its_text(watched)

@@ -283,7 +283,7 @@ def test_a_sync_daemon_starts_a_server_stopped_under_it_again(home: Path) -> Non
     for args in (
         ("migrate",),
         ("db", "psql", "-c", "CREATE TABLE notes (id int PRIMARY KEY, body text)"),
-        ("model", "add", "minilm", "--table", "notes", "--column", "body"),
+        ("model", "add", "minilm", "--table", "notes", "--column", "body", "--precision", "fp32"),
     ):
         done = run(home, *args)
         assert done.returncode == 0, done.stderr

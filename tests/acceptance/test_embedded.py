@@ -43,7 +43,9 @@ def test_processes_share_one_embedded_server_and_data_persists(tmp_path: Path) -
     assert run("migrate").returncode == 0
     assert postmaster_pid(home) is None  # the last holder exited, so the server stopped
     subprocess.run([sys.executable, "-c", SETUP], env=env, check=True, timeout=60)
-    added = run("model", "add", "notes", "--table", "notes", "--column", "body")
+    added = run(
+        "model", "add", "notes", "--table", "notes", "--column", "body", "--precision", "fp32"
+    )
     assert added.returncode == 0, added.stderr
 
     daemon = subprocess.Popen(

@@ -43,7 +43,7 @@ def tour_url(db_url: str) -> str:
     with db.connection(db_url) as conn:
         conn.execute("CREATE TABLE reviews (id bigint PRIMARY KEY, body text NOT NULL, rating int)")
         conn.cursor().executemany("INSERT INTO reviews VALUES (%s, %s, %s)", ROWS)
-        models.add(conn, models.AddRequest("minilm", "reviews", "body"))
+        models.add(conn, models.AddRequest("minilm", "reviews", "body", precision="fp32"))
     worker.Worker(db_url, worker.Options(once=True)).run()
     return db_url
 

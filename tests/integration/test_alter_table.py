@@ -541,7 +541,10 @@ def test_an_application_reading_the_chunks_then_the_table_is_not_failed(
     # alter-table finishes once it ends. (Here alter-table waited first, so even without the
     # chunk locks' short wait the deadlock check would pick it; the short wait is for when the
     # application waited first, an order this test cannot set up.)
-    models.add(reviews, models.AddRequest("minilm", "reviews", "body", long_texts="chunk"))
+    models.add(
+        reviews,
+        models.AddRequest("minilm", "reviews", "body", long_texts="chunk", precision="fp32"),
+    )
     with db.connection(db_url, autocommit=False) as app, ThreadPoolExecutor(1) as pool:
         app.execute("SELECT count(*) FROM pgembed_minilm_chunks")
         with db.connection(db_url) as conn:

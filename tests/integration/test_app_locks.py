@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from daemon_helpers import assert_every_vector_matches_its_text, wait_for
-from helpers import REVIEWS, cli, run_batch
+from helpers import REVIEWS, cli, make_due, run_batch
 from pgembed import db
 from pgembed.catalog import registry
 from pgembed.lifecycle import models
@@ -33,14 +33,6 @@ HOLDS = {
 def waiting_for_a_lock(conn: psycopg.Connection, pid: int) -> bool:
     row = conn.execute("SELECT pg_catalog.pg_blocking_pids(%s) <> '{}'", (pid,)).fetchone()
     return bool(row and row[0])
-
-
-def sleep_until_due(conn: psycopg.Connection) -> None:
-    """Until every postponed key may be claimed again (the pause grows with the key's age)."""
-    row = conn.execute(
-        "SELECT extract(epoch FROM max(next_attempt_at) - now())::float FROM pgembed.queue"
-    ).fetchone()
-    time.sleep(max(0.0, (row[0] if row else None) or 0.0) + 0.1)
 
 
 @pytest.mark.parametrize("hold", HOLDS)
@@ -68,7 +60,7 @@ def test_a_write_back_never_waits_for_a_row_the_application_holds(
         result = writing.result(timeout=30)
     assert result.written == 7
     # Row 5's key is given back, not lost: the next pass writes what it holds now.
-    sleep_until_due(reviews)
+    make_due(reviews)  # the postponed key's pause over
     worker.Worker(db_url, worker.Options(once=True)).run()
     assert_every_vector_matches_its_text(reviews)
     left = reviews.execute("SELECT count(*) FROM reviews WHERE id = 5").fetchone()
@@ -95,7 +87,7 @@ def test_a_row_deleted_since_the_read_is_not_counted_as_held(
                 result = batch.write_back(reviews, claimed, embedded, CONFIG, 1.0)
     assert (result.written, result.postponed, result.skipped) == (6, 1, 1)
     assert "rows=8 written=6 failed=0 held=1 reused=0 " in caplog.text
-    sleep_until_due(reviews)
+    make_due(reviews)  # the postponed key's pause over
     worker.Worker(db_url, worker.Options(once=True)).run()
     assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
     assert_every_vector_matches_its_text(reviews)
@@ -123,7 +115,7 @@ def test_a_held_row_is_not_embedded_again_while_its_text_is_the_same(
         daemon.run()
         app.commit()
     assert reviews.execute("SELECT count(embedding_minilm) FROM reviews").fetchone() == (7,)
-    sleep_until_due(reviews)
+    make_due(reviews)  # the postponed key's pause over
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="pgembed.sync"):
         daemon.run()  # the same worker's next pass, as a daemon's
@@ -172,7 +164,10 @@ def test_a_write_back_that_waits_for_any_other_lock_gives_its_batch_back_soon(
     assert (result.written, result.postponed, result.skipped) == (0, 7, 1)
     assert waited < 5, f"the write-back waited {waited:.1f} s"
     assert reviews.execute("SELECT count(embedding_minilm) FROM reviews").fetchone() == (0,)
-    time.sleep(config.lease_seconds)  # row 3's entry, held at the give-back, keeps its lease
+    # Row 3's entry, held at the give-back, keeps its lease: ready only once the lease is over.
+    leased = "SELECT count(*) FROM pgembed.queue WHERE key = '3' AND next_attempt_at > now()"
+    assert reviews.execute(leased).fetchone() == (1,)
+    make_due(reviews)
     worker.Worker(db_url, worker.Options(once=True)).run()
     assert_every_vector_matches_its_text(reviews)
     assert reviews.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
@@ -192,7 +187,7 @@ def test_sync_once_says_which_rows_another_transaction_held(
         "`pgembed sync --once` again when it has ended"
     ) in result.output
     assert "(they are ready again in " in result.output
-    sleep_until_due(reviews)
+    make_due(reviews)  # the postponed key's pause over
     again = cli("--database-url", db_url, "sync", "--once")
     assert "synced: 1 written" in again.output, again.output
     assert_every_vector_matches_its_text(reviews)

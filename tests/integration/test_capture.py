@@ -10,7 +10,7 @@ from pgembed.sync import worker
 
 @pytest.fixture
 def watched(reviews: psycopg.Connection) -> psycopg.Connection:
-    models.add(reviews, models.AddRequest("minilm", "reviews", "body"))
+    models.add(reviews, models.AddRequest("minilm", "reviews", "body", precision="fp32"))
     reviews.execute("DELETE FROM pgembed.queue")
     reviews.execute("DELETE FROM pgembed.inbox")
     return reviews

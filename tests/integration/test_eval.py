@@ -60,7 +60,7 @@ def corpus(conn: psycopg.Connection, db_url: str, tmp_path: Path) -> tuple[Path,
     conn.execute("CREATE TABLE docs (id text PRIMARY KEY, body text)")
     with conn.cursor() as cur:
         cur.executemany("INSERT INTO docs VALUES (%s, %s)", list(DOCS.items()))
-    models.add(conn, models.AddRequest("minilm", "docs", "body"))
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
     worker.Worker(db_url, worker.Options(once=True)).run()
     queries = tmp_path / "queries.jsonl"
     queries.write_text(
@@ -140,6 +140,6 @@ def test_tune_records_the_smallest_ef_search_meeting_the_target(
 
 def test_tune_without_vectors_is_a_clear_error(conn: psycopg.Connection, db_url: str) -> None:
     conn.execute("CREATE TABLE docs (id text PRIMARY KEY, body text)")
-    models.add(conn, models.AddRequest("minilm", "docs", "body"))
+    models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
     result = cli("--database-url", db_url, "tune", "minilm")
     assert result.exit_code == 1 and "no vectors yet" in result.output

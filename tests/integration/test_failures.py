@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 
 import psycopg
 import pytest
 
-from helpers import cli, run_batch
+from helpers import cli, make_due, run_batch
 from pgembed import db
 from pgembed.catalog import registry
 from pgembed.lifecycle import models
@@ -23,7 +22,7 @@ def poisoned(reviews: psycopg.Connection) -> psycopg.Connection:
     refuses that; an edited catalog is how it happens), so texts longer than 512 word pieces make
     the model itself raise, while every shorter text embeds normally.
     """
-    models.add(reviews, models.AddRequest("minilm", "reviews", "body"))
+    models.add(reviews, models.AddRequest("minilm", "reviews", "body", precision="fp32"))
     reviews.execute("UPDATE pgembed.models SET max_seq_length = 1024")
     long_text = "The battery gave up after a single afternoon of light use. " * 60
     reviews.execute("INSERT INTO reviews VALUES (90, %s, 1), (91, %s, 1)", (long_text, long_text))
@@ -48,7 +47,7 @@ def test_poison_rows_fail_alone_retry_then_move_to_failures(
     assert [(k, a, later) for k, a, _, later in queued] == [("90", 1, True), ("91", 1, True)]
     assert all("size of tensor" in err or "index" in err.lower() for _, _, err, _ in queued)
 
-    time.sleep(2.2)  # the first backoff is 2 s
+    assert make_due(poisoned) == 2  # the first backoff over
     second = cli("--database-url", db_url, "sync", "--once", "--max-attempts", "2")
     assert "2 failed" in second.output
     assert poisoned.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)

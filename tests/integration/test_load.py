@@ -72,7 +72,7 @@ def test_csv_plain_and_gzip_fill_an_existing_watched_table(
     conn: psycopg.Connection, db_url: str, tmp_path: Path
 ) -> None:
     conn.execute("CREATE TABLE reviews (id integer PRIMARY KEY, body text, stars integer)")
-    models.add(conn, models.AddRequest("minilm", "reviews", "body"))
+    models.add(conn, models.AddRequest("minilm", "reviews", "body", precision="fp32"))
     plain = tmp_path / "reviews.csv"
     plain.write_text('id,body,stars\n1,"Great, really great",5\n2,"Line one\nline two",\n')
     code, out = load(db_url, str(plain), "--table", "reviews")

@@ -42,7 +42,7 @@ def test_imdb_ratings_are_numbers_and_filter_like_sql(
     assert "created public.imdb: 40 records read, 40 inserted" in out
     assert "columns: id bigint, source_file text, split text, sentiment text, rating bigint" in out
     assert column_types(conn, "imdb")["rating"] == "bigint"
-    models.add(conn, models.AddRequest("imdb_minilm", "imdb", "text"))
+    models.add(conn, models.AddRequest("imdb_minilm", "imdb", "text", precision="fp32"))
     stats = worker.Worker(db_url, worker.Options(models=("imdb_minilm",), once=True)).run()
     assert stats.written == 40
     want = {key for (key,) in conn.execute("SELECT id FROM imdb WHERE rating >= 7")}

@@ -81,7 +81,7 @@ def test_query_uses_the_hnsw_index(synced: registry.ModelSpec, reviews: psycopg.
 
 
 def test_query_before_sync_is_a_clear_error(reviews: psycopg.Connection, db_url: str) -> None:
-    models.add(reviews, models.AddRequest("minilm", "reviews", "body"))
+    models.add(reviews, models.AddRequest("minilm", "reviews", "body", precision="fp32"))
     result = cli("--database-url", db_url, "query", "anything", "--model", "minilm")
     assert result.exit_code == 1
     assert result.output.strip() == (

@@ -23,7 +23,7 @@ def test_identifiers_that_look_like_dollar_quotes(conn: psycopg.Connection, db_u
     conn.execute(f'CREATE TABLE "{TABLE}" ("{KEY}" integer PRIMARY KEY, "{TEXT}" text)')
     with conn.cursor() as cur:
         cur.executemany(f'INSERT INTO "{TABLE}" VALUES (%s, %s)', list(REVIEWS))
-    spec = models.add(conn, models.AddRequest("odd", TABLE, TEXT))[0]
+    spec = models.add(conn, models.AddRequest("odd", TABLE, TEXT, precision="fp32"))[0]
     worker.Worker(db_url, worker.Options(once=True)).run()
     query = embedder.get(settings_of(spec)).encode_queries(["the battery died"])[0]
     hits = conn.execute(
@@ -45,7 +45,7 @@ def test_concurrent_model_changes_each_rebuild_the_function(
     for i in range(3):
         reviews.execute(f"CREATE TABLE copy{i} AS SELECT * FROM reviews")
         reviews.execute(f"ALTER TABLE copy{i} ADD PRIMARY KEY (id)")
-        models.add(reviews, models.AddRequest(f"m{i}", f"copy{i}", "body"))
+        models.add(reviews, models.AddRequest(f"m{i}", f"copy{i}", "body", precision="fp32"))
     worker.Worker(db_url, worker.Options(once=True)).run()
     # Two transactions change the catalog at once (as two `pgembed tune` runs would): the second
     # rebuild waits for the first to commit instead of failing with "tuple concurrently updated".
@@ -94,7 +94,7 @@ def test_columns_named_like_the_functions_variables(conn: psycopg.Connection, db
     conn.execute("CREATE TABLE asked (k integer PRIMARY KEY, query text, model text, ef text)")
     with conn.cursor() as cur:
         cur.executemany("INSERT INTO asked VALUES (%s, %s, 'x', 'y')", list(REVIEWS))
-    models.add(conn, models.AddRequest("asked", "asked", "query"))
+    models.add(conn, models.AddRequest("asked", "asked", "query", precision="fp32"))
     worker.Worker(db_url, worker.Options(once=True)).run()
     vector = conn.execute("SELECT embedding_asked FROM asked WHERE k = 3").fetchone()
     assert vector is not None
@@ -105,7 +105,7 @@ def test_columns_named_like_the_functions_variables(conn: psycopg.Connection, db
 def test_settings_end_with_the_call_inside_a_transaction(
     reviews: psycopg.Connection, db_url: str
 ) -> None:
-    models.add(reviews, models.AddRequest("minilm", "reviews", "body"))
+    models.add(reviews, models.AddRequest("minilm", "reviews", "body", precision="fp32"))
     reviews.execute("UPDATE pgembed.models SET ef_search = 60")
     worker.Worker(db_url, worker.Options(once=True)).run()
     vector = reviews.execute("SELECT embedding_minilm FROM reviews WHERE id = 1").fetchone()

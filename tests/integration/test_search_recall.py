@@ -697,7 +697,9 @@ def test_a_filtered_column_without_an_index_gets_a_note_on_a_big_table(db_url: s
             "CREATE TABLE reviews (id integer PRIMARY KEY, rating integer, cat integer, "
             '"Stars" integer, body text)'
         )
-        models.add(conn, models.AddRequest("minilm", "reviews", "body", index=False))
+        models.add(
+            conn, models.AddRequest("minilm", "reviews", "body", index=False, precision="fp32")
+        )
         conn.execute("ALTER TABLE reviews DISABLE TRIGGER USER")  # no vectors to queue
         conn.execute(
             "INSERT INTO reviews SELECT i, i % 10 + 1, i % 1000, i % 5, 'review ' || i "
