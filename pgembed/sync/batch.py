@@ -161,12 +161,7 @@ def write_back(
     gives back the slice it stopped and the ones after it; the slices before stay written."""
     leases = leases if leases is not None else Leases()
     done = _Progress()
-    rows = _Rows(
-        result,
-        result.matrix(),
-        {row.key: i for i, row in enumerate(result.rows)},
-        {row.key for row, _ in result.failed},
-    )
+    rows = Rows.of(result)
     try:
         return _write_back(conn, claimed, rows, config, seconds, leases, done)
     except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected) as exc:
@@ -206,11 +201,18 @@ class _Progress:
     settled: set[str] = field(default_factory=set)  # keys completed or postponed
     postponed_keys: set[str] = field(default_factory=set)
 
+    def add(self, slice_: _Written) -> None:
+        self.written += slice_.written
+        self.postponed += slice_.postponed
+        self.held += len(slice_.plan.busy)
+        self.settled |= slice_.plan.settled
+        self.postponed_keys.update(c.key for c in slice_.plan.busy)
+
 
 def _write_back(
     conn: psycopg.Connection,
     claimed: Claimed,
-    rows: _Rows,
+    rows: Rows,
     config: BatchConfig,
     seconds: float,
     leases: Leases,
@@ -268,7 +270,7 @@ def _result(
 
 
 @dataclass(frozen=True)
-class _Rows:
+class Rows:
     """A batch's embedded rows, looked up by key, for each slice."""
 
     result: Embedded
@@ -276,85 +278,126 @@ class _Rows:
     position: dict[str, int]  # key -> its row in result.rows and in matrix
     failed: set[str]
 
+    @classmethod
+    def of(cls, result: Embedded) -> Rows:
+        position = {row.key: i for i, row in enumerate(result.rows)}
+        return cls(result, result.matrix(), position, {row.key for row, _ in result.failed})
+
+
+@dataclass(frozen=True)
+class SlicePlan:
+    """What one slice's transaction writes, completes and postpones, once its rows are locked."""
+
+    keys: list[str]  # the rows to write: locked, their text unchanged; in key order
+    md5s: list[str]  # their texts' md5, which the write checks again
+    positions: list[int]  # their vectors' rows in the batch's matrix
+    complete: list[Claim]  # done: written, or their row gone, blank or changed (not failed)
+    busy: list[Claim]  # their row another transaction holds: postponed
+
+    @property
+    def settled(self) -> set[str]:
+        """The keys this slice completes or postpones."""
+        return {c.key for c in [*self.complete, *self.busy]}
+
+
+def to_lock(part: list[Claim], rows: Rows) -> tuple[list[str], list[str]]:
+    """The keys of `part` that have an embedded row (a failed or unread row has none), with
+    their texts' md5 as read: what store.lock locks and checks."""
+    embedded = [rows.result.rows[rows.position[c.key]] for c in part if c.key in rows.position]
+    return [row.key for row in embedded], [row.text_md5 for row in embedded]
+
+
+def plan_slice(part: list[Claim], rows: Rows, locked: store.Locked) -> SlicePlan:
+    """The slice's plan from what store.lock found: no database, so a test needs none."""
+    keys, md5s = to_lock(part, rows)
+    write = [i for i, key in enumerate(keys) if locked.same.get(key)]
+    return SlicePlan(
+        [keys[i] for i in write],
+        [md5s[i] for i in write],
+        [rows.position[keys[i]] for i in write],
+        [c for c in part if c.key not in rows.failed and c.key not in locked.held],
+        [c for c in part if c.key in locked.held],
+    )
+
+
+@dataclass(frozen=True)
+class _Written:
+    """What a slice's committed transaction did."""
+
+    plan: SlicePlan
+    written: int
+    postponed: int
+
 
 def _write_slice(
     conn: psycopg.Connection,
     claimed: Claimed,
     part: list[Claim],
-    rows: _Rows,
+    rows: Rows,
     config: BatchConfig,
     seconds: float,
     leases: Leases,
     done: _Progress,
 ) -> None:
-    """One slice's transaction: lock the rows of `part`'s keys that nobody holds, write the
-    vectors of those whose text is unchanged, complete the keys (but failed ones), postpone the
-    held ones, account."""
-    spec, result = claimed.spec, rows.result
-    positions = [rows.position[c.key] for c in part if c.key in rows.position]
-    keys = [result.rows[i].key for i in positions]
-    md5s = [result.rows[i].text_md5 for i in positions]
+    """One slice's transaction: give the batch back if the model changed, else apply its plan;
+    after a write as the table's owner, the session is put right (clean_session)."""
+    spec = claimed.spec
     owner: str | None = None
     try:
         with conn.transaction():
             if _changed(conn, spec):
                 # Ready again with this commit: the keys no slice completed or postponed (one
                 # postponed may be another worker's claim by now).
-                left = [c for c in claimed.claims if c.key not in done.settled]
-                store.release(conn, spec.name, left)
-                changed = True
+                store.release(
+                    conn, spec.name, [c for c in claimed.claims if c.key not in done.settled]
+                )
+                outcome = None
             else:
-                changed = False
                 store.wait_briefly(conn, WRITE_LOCK_TIMEOUT)
                 found = trust.inspect(conn, spec)
                 owner = found.owner if found is not None and found.writes_as_owner else None
-                locked = store.lock(conn, spec, keys, md5s)
-                held = locked.held
-                unchanged = [i for i, key in enumerate(keys) if locked.same.get(key)]
-                vectors = rows.matrix[[positions[i] for i in unchanged]]
-                if owner is None:
-                    written = store.write(
-                        conn,
-                        spec,
-                        [keys[i] for i in unchanged],
-                        [md5s[i] for i in unchanged],
-                        vectors,
-                    )
-                else:
-                    written = {keys[i] for i in unchanged}
-                if spec.chunked:
-                    store.write_chunks(conn, spec, written, result.chunks)
-                complete = [c for c in part if c.key not in rows.failed and c.key not in held]
-                store.complete(conn, spec.name, complete)
-                busy = [c for c in part if c.key in held]
-                postponed = _postpone(conn, spec.name, busy, leases)
-                truncated = written & set(result.truncated)
-                store.account(
-                    conn, spec.name, config.worker_id, list(written), list(truncated), seconds
-                )
-                if owner is not None:
-                    store.write_as_owner(
-                        conn,
-                        spec,
-                        owner,
-                        [keys[i] for i in unchanged],
-                        [md5s[i] for i in unchanged],
-                        vectors,
-                    )
+                outcome = _apply_slice(conn, spec, part, rows, config, seconds, leases, owner)
     finally:
         if owner is not None:
             store.clean_session(conn)
-    if changed:
+    if outcome is None:
         earlier = _result(claimed, len(done.settled), done.written, 0, done.postponed)
         raise ModelChanged(
             "changed since this worker read the catalog: batch given back",
             earlier if earlier.claimed else None,
         )
-    done.written += len(written)
-    done.postponed += postponed
-    done.held += len(held)
-    done.settled.update(c.key for c in [*complete, *busy])
-    done.postponed_keys.update(c.key for c in busy)
+    done.add(outcome)
+
+
+def _apply_slice(
+    conn: psycopg.Connection,
+    spec: ModelSpec,
+    part: list[Claim],
+    rows: Rows,
+    config: BatchConfig,
+    seconds: float,
+    leases: Leases,
+    owner: str | None,
+) -> _Written:
+    """In the slice's transaction: lock the rows of `part`'s keys that nobody holds, write the
+    vectors of those whose text is unchanged, complete the keys (but failed ones), postpone the
+    held ones, account. As the table's owner, the write comes last (store.write_as_owner)."""
+    keys, md5s = to_lock(part, rows)
+    plan = plan_slice(part, rows, store.lock(conn, spec, keys, md5s))
+    vectors = rows.matrix[plan.positions]
+    if owner is None:
+        written = store.write(conn, spec, plan.keys, plan.md5s, vectors)
+    else:
+        written = set(plan.keys)  # or none: write_as_owner fails the transaction
+    if spec.chunked:
+        store.write_chunks(conn, spec, written, rows.result.chunks)
+    store.complete(conn, spec.name, plan.complete)
+    postponed = _postpone(conn, spec.name, plan.busy, leases)
+    truncated = written & set(rows.result.truncated)
+    store.account(conn, spec.name, config.worker_id, list(written), list(truncated), seconds)
+    if owner is not None:
+        store.write_as_owner(conn, spec, owner, plan.keys, plan.md5s, vectors)
+    return _Written(plan, len(written), postponed)
 
 
 def _postpone(conn: psycopg.Connection, model: str, claims: list[Claim], leases: Leases) -> int:
