@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("pgembed.serve")
 
-HEAD_BYTES = 16 * 1024  # h11's default limit of a request head; uvicorn is given the same
+HEAD_BYTES = 16 * 1024  # h11's default bound on a head still incomplete; uvicorn gets it too
 Peer = tuple[str, int]  # a connection's remote address, as in an ASGI scope's "client"
 Fronts = dict[Peer, "Front"]
 
