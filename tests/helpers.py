@@ -83,7 +83,9 @@ def cli(*args: str) -> Result:
 def run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    """Run the real `pgembed` executable as a subprocess."""
+    """Run the real `pgembed` executable as a subprocess: for what only a process shows (its
+    exit on a signal, its output's buffering, the embedded server's life across processes).
+    Each start imports the package again, torch too for a command that encodes (0.5-4 s)."""
     return subprocess.run(
         [sys.executable, "-m", "pgembed", *args],
         capture_output=True,
@@ -92,6 +94,17 @@ def run_cli(
         env={**os.environ, **(env or {})},
         cwd=Path(__file__).parent.parent,
     )
+
+
+def run_cli_here(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`run_cli`'s answer (exit code, stdout, stderr apart) from the same click group run in
+    this process, as the installed `pgembed` names itself: for what the CLI prints and exits
+    with, where a process start is not the subject. A traceback fails the test instead of
+    reaching stderr; `env` is added to the environment for the call only."""
+    result = CliRunner().invoke(
+        main, list(args), env=env, prog_name="pgembed", catch_exceptions=False
+    )
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
 
 
 @contextmanager

@@ -1,14 +1,13 @@
-"""Bad input through the real executable: one line on stderr, exit 1 (2 for usage), no traceback."""
+"""Bad input: one line on stderr, exit 1 (2 for usage), no traceback. Through the real executable
+for each exit code and the environment's URL; the many other cases run the same click group in
+this process (a process start is not their subject and cost 0.5-4 s each)."""
 
 from __future__ import annotations
-
-import subprocess
-import sys
 
 import psycopg
 import pytest
 
-from helpers import cli, run_cli
+from helpers import cli, run_cli, run_cli_here
 from pgembed.encode import hardware
 from pgembed.errors import ConfigError, UsageError
 
@@ -30,7 +29,7 @@ def assert_one_line_error(result: object, code: int, fragment: str) -> None:
     ],
 )
 def test_bad_urls_are_one_line_and_never_show_the_password(url: str, fragment: str) -> None:
-    result = run_cli("--database-url", url, "status")
+    result = run_cli_here("--database-url", url, "status")
     assert_one_line_error(result, 1, fragment)
     assert "hunter2" not in result.stderr + result.stdout
     assert "bob:***@" in result.stderr
@@ -40,7 +39,7 @@ def test_bad_urls_are_one_line_and_never_show_the_password(url: str, fragment: s
     "url", ["postgres:hunter2@db/app", "postgresql//bob:hunter2@db/app", "db:5432:app:bob:hunter2"]
 )
 def test_urls_without_a_scheme_never_show_the_password(url: str) -> None:
-    result = run_cli("--database-url", url, "status")
+    result = run_cli_here("--database-url", url, "status")
     assert_one_line_error(result, 1, "malformed database URL (not shown): ")
     assert "hunter2" not in result.stderr + result.stdout
 
@@ -55,31 +54,37 @@ def test_url_from_environment_is_used_and_redacted() -> None:
 def test_errors_against_a_real_database(reviews: psycopg.Connection, db_url: str) -> None:
     add = ["--database-url", db_url, "model", "add"]
     assert_one_line_error(
-        run_cli(*add, "m", "--table", "nope", "--column", "body"), 1, "does not exist"
+        run_cli_here(*add, "m", "--table", "nope", "--column", "body"), 1, "does not exist"
     )
     assert_one_line_error(
-        run_cli(*add, "m", "--table", "reviews", "--column", "nope"), 1, "does not exist"
+        run_cli_here(*add, "m", "--table", "reviews", "--column", "nope"), 1, "does not exist"
     )
     assert_one_line_error(
-        run_cli(*add, "m", "--table", "reviews; drop table x", "--column", "body"),
+        run_cli_here(*add, "m", "--table", "reviews; drop table x", "--column", "body"),
         2,
         "invalid table name",
     )
     assert_one_line_error(
-        run_cli(*add, "m", "--table", "reviews", "--column", "body", "--model", "/no/such/dir"),
+        run_cli_here(
+            *add, "m", "--table", "reviews", "--column", "body", "--model", "/no/such/dir"
+        ),
         1,
         "does not exist",
     )
     assert_one_line_error(
-        run_cli(*add, "m", "--table", "reviews", "--column", "body", "--model", "org/not-cached"),
+        run_cli_here(
+            *add, "m", "--table", "reviews", "--column", "body", "--model", "org/not-cached"
+        ),
         1,
         "offline",
     )
     assert_one_line_error(
-        run_cli("--database-url", db_url, "query", "x", "--model", "ghost"), 1, "unknown model"
+        run_cli_here("--database-url", db_url, "query", "x", "--model", "ghost"), 1, "unknown model"
     )
     assert_one_line_error(
-        run_cli("--database-url", db_url, "sync", "--once", "--model", "ghost"), 1, "unknown model"
+        run_cli_here("--database-url", db_url, "sync", "--once", "--model", "ghost"),
+        1,
+        "unknown model",
     )
     # Nothing was changed by any of them.
     assert reviews.execute("SELECT count(*) FROM pgembed.models").fetchone() == (0,)
@@ -104,7 +109,7 @@ def test_errors_against_a_real_database(reviews: psycopg.Connection, db_url: str
 def test_usage_errors_are_one_line_and_exit_2(args: tuple[str, ...], said: str, help: str) -> None:
     """click's own errors (option values, missing options, unknown commands) too: not its
     three lines of usage, hint and error; the line says where the help is."""
-    result = run_cli(*args)
+    result = run_cli_here(*args)
     assert_one_line_error(result, 2, said)
     assert result.stderr.strip().endswith(f"pgembed {help} --help`)".replace("  ", " "))
 
@@ -136,11 +141,7 @@ def test_device_auto_is_cpu_here_and_cuda_without_a_gpu_is_one_line(db_url: str)
         return
     with pytest.raises(ConfigError, match="no CUDA GPU"):
         hardware.resolve_device("cuda")
-    result = subprocess.run(
-        [sys.executable, "-m", "pgembed", "--database-url", db_url, "sync", "--once",
-         "--device", "cuda"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    result = run_cli_here("--database-url", db_url, "sync", "--once", "--device", "cuda")
     assert result.returncode == 1
     assert result.stderr.strip() == (
         "pgembed: error: --device cuda: no CUDA GPU is visible to torch on this machine"

@@ -1,14 +1,16 @@
 """No part of a password reaches the terminal, whatever the URL's form (issue 13, finding 4).
 
-Each URL goes through the real executable; none reaches a server (port 1 refuses at once), so
-every run ends in a one-line error that must not hold any fragment of the password.
+Each URL goes through the CLI, in this process (the click group the executable runs; a traceback
+fails the test) and through the real executable for the environment's URLs; none reaches a server
+(port 1 refuses at once), so every run ends in a one-line error that must not hold any fragment
+of the password.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from helpers import run_cli
+from helpers import run_cli, run_cli_here
 
 FRAGMENTS = ("Hunter2", "Secret")  # a password is Hunter2Secret, or the two around a separator
 
@@ -41,7 +43,7 @@ def assert_no_secret(result: object) -> None:
 
 @pytest.mark.parametrize("url", URLS)
 def test_no_fragment_of_a_password_is_printed(url: str) -> None:
-    assert_no_secret(run_cli("status", "--database-url", url))
+    assert_no_secret(run_cli_here("status", "--database-url", url))
 
 
 def test_nor_from_the_environment() -> None:
@@ -53,8 +55,8 @@ def test_nor_from_the_environment() -> None:
 
 def test_db_url_masks_the_password_unless_asked() -> None:
     url = "postgresql://bob:Hunter2Secret@127.0.0.1:1/x?password=Hunter2Secret"
-    masked = run_cli("db", "url", "--database-url", url)
+    masked = run_cli_here("db", "url", "--database-url", url)
     assert masked.returncode == 0
     assert masked.stdout == "postgresql://bob:***@127.0.0.1:1/x?password=***\n"
-    shown = run_cli("db", "url", "--database-url", url, "--show-password")
+    shown = run_cli_here("db", "url", "--database-url", url, "--show-password")
     assert shown.returncode == 0 and shown.stdout == url + "\n"
