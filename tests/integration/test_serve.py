@@ -647,8 +647,8 @@ def test_each_head_of_a_keep_alive_connection_is_checked(shop_url: str) -> None:
         with socket.create_connection(("127.0.0.1", served.port), timeout=TIMEOUT) as sock:
             sock.sendall(get + b"GET / HTTP/1.x\r\n\r\n")
             both = until_closed(sock)
-        first, bad = both.split(b"HTTP/1.1 400 ")
-        assert first.startswith(b"HTTP/1.1 200 ") and b'"status":' in first, both
+        answered, bad = both.split(b"HTTP/1.1 400 ")
+        assert answered.startswith(b"HTTP/1.1 200 ") and b'"status":' in answered, both
         assert json.loads(bad.partition(b"\r\n\r\n")[2])["error"].startswith("invalid HTTP")
     finally:
         served.stop()
