@@ -18,7 +18,7 @@ import pytest
 from app_writer import Writer
 from pgvector import Vector
 
-from helpers import run_cli, writing_vectors
+from helpers import run_cli_here, writing_vectors
 from pgembed import db
 from pgembed.catalog import ddl, registry
 from pgembed.errors import UsageError
@@ -112,7 +112,7 @@ def test_an_add_killed_while_queuing_resumes_and_loses_no_row(
     invalid_index(conn, db_url, "pgembed_minilm_hnsw")
     setup.mark(conn, "minilm", setup.Pending(index=True, fulltext=False))
 
-    resumed = run_cli(
+    resumed = run_cli_here(
         "--database-url", db_url, "model", "add", "minilm", "--table", "docs", "--column", "body",
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
@@ -162,9 +162,8 @@ def cli_process(*args: str) -> Iterator[subprocess.Popen[str]]:
 
 def test_model_add_says_what_it_does_in_order(conn: psycopg.Connection, db_url: str) -> None:
     make_docs(conn, 200)
-    result = run_cli(
+    result = run_cli_here(
         "--database-url", db_url, "model", "add", "minilm", "--table", "docs", "--column", "body",
-        timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
@@ -307,16 +306,16 @@ def test_an_interrupted_add_says_how_to_finish_and_keeps_its_settings(
     setup.mark(conn, "minilm", setup.Pending(index=True, fulltext=False))
     url = ("--database-url", db_url)
 
-    shown = run_cli(*url, "status")
+    shown = run_cli_here(*url, "status")
     assert "setup not finished (adding+index): unless a `pgembed model add minilm`" in shown.stdout
     assert "--index-only" not in shown.stdout  # that would build the index, never queue a row
-    assert json.loads(run_cli(*url, "status", "--json").stdout)[0]["setup"] == "adding+index"
-    searched = run_cli(*url, "query", "a film", "--model", "minilm")
+    assert json.loads(run_cli_here(*url, "status", "--json").stdout)[0]["setup"] == "adding+index"
+    searched = run_cli_here(*url, "query", "a film", "--model", "minilm")
     assert searched.returncode != 0
     assert "model 'minilm' is not completely set up: unless a `pgembed model add" in searched.stderr
 
     add = (*url, "model", "add", "minilm", "--table", "docs", "--column", "body")
-    other = run_cli(*add, "--pooling", "cls", "--query-prefix", "q: ")
+    other = run_cli_here(*add, "--pooling", "cls", "--query-prefix", "q: ")
     assert other.returncode != 0
     assert other.stderr.strip().endswith(
         "model minilm was not completely set up, with other settings (pooling, query-prefix): "
@@ -330,7 +329,7 @@ def test_an_interrupted_add_says_how_to_finish_and_keeps_its_settings(
     assert str(refused.value).startswith(
         "model 'minilm' was not completely set up: the same `model add` finishes it"
     )
-    finished = run_cli(*add)
+    finished = run_cli_here(*add)
     assert finished.returncode == 0, finished.stderr
     assert missing_keys(conn, "minilm") == 0
-    assert json.loads(run_cli(*url, "status", "--json").stdout)[0]["setup"] is None
+    assert json.loads(run_cli_here(*url, "status", "--json").stdout)[0]["setup"] is None
