@@ -1,5 +1,7 @@
 """`pgembed embed` and the README's psql recipe, run as written in real psql (the wheel's, through
-`pgembed db psql`): a psql user searches by text, with any search_path for pgembed.search."""
+`pgembed db psql`): a psql user searches by text, with any search_path for pgembed.search. The
+checks of what `pgembed query`/`embed` print run the CLI in this process, but for standard input's
+decoding, which is a process's."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import run_cli
+from helpers import run_cli_here
 from pgembed import db
 from pgembed.lifecycle import models
 from pgembed.sync import worker
@@ -84,7 +86,7 @@ def test_the_readme_recipe_runs_in_psql(tour_url: str, tmp_path: Path) -> None:
     # pgembed.search with the filter: only ratings of 4 or more, the battery one first.
     assert [r[0] for r in helper] == ["4", "2"], found
     # The same vector as `pgembed query` searches with: the same similarities.
-    query = run_cli("--database-url", tour_url, "query", QUERY, "--model", "minilm", "--json")
+    query = run_cli_here("--database-url", tour_url, "query", QUERY, "--model", "minilm", "--json")
     assert query.returncode == 0, query.stderr
     expected = {str(hit["key"]): hit["similarity"] for hit in json.loads(query.stdout)}
     for key, _body, similarity in plain:
@@ -103,7 +105,7 @@ def test_pgembed_search_needs_no_search_path(tour_url: str, tmp_path: Path) -> N
 
 
 def test_embed_prints_the_models_query_vector(tour_url: str) -> None:
-    done = run_cli("--database-url", tour_url, "embed", QUERY, "--model", "minilm")
+    done = run_cli_here("--database-url", tour_url, "embed", QUERY, "--model", "minilm")
     assert done.returncode == 0, done.stderr
     line = done.stdout.strip()
     assert re.fullmatch(r"\[-?[0-9.]+(,-?[0-9.]+)*\]", line), line[:200]
@@ -158,5 +160,5 @@ def test_embed_prints_the_models_query_vector(tour_url: str) -> None:
     ],
 )
 def test_bad_input_is_one_line(tour_url: str, args: list[str], code: int, message: str) -> None:
-    done = run_cli("--database-url", tour_url, "embed", *args)
+    done = run_cli_here("--database-url", tour_url, "embed", *args)
     assert (done.returncode, done.stderr.strip(), done.stdout) == (code, message, "")
