@@ -42,13 +42,15 @@ constraints:
 demo: setup
 	$(BIN)/pgembed demo
 
-# Every tier, in TEST_WORKERS processes (pytest-xdist), each with its own embedded server: a test
-# file stays in one process, and the longest tier, tests/acceptance, is handed out first
-# (tests/conftest.py). TEST_WORKERS=0 runs them in this process, fast failures first:
-# tests/unit, tests/integration, tests/acceptance (testpaths).
+# Every tier, in TEST_WORKERS processes (pytest-xdist), each with its own embedded server, the
+# model and the session's template databases. Work stealing: each process starts on half of the
+# tests, the longest tier, tests/acceptance, first (tests/conftest.py), and one that runs out takes
+# half of what the other has left, so neither waits at the end for a long file the other holds.
+# TEST_WORKERS=0 runs them in this process, fast failures first: tests/unit, tests/integration,
+# tests/acceptance (testpaths).
 TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 test-fast: setup
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

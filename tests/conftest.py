@@ -24,9 +24,10 @@ from pgembed.lifecycle import models
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """In a pytest-xdist worker, the acceptance tier first: its files are the longest, and the
-    longest handed out last would leave the other workers idle at the end. Alone, pytest keeps
-    the order of testpaths, fast failures first."""
+    """In a pytest-xdist worker, the acceptance tier first: its tests are the longest, and work
+    stealing (the Makefile's --dist worksteal) hands over the tail of a worker's queue, where a
+    long test would leave the other worker idle at the end. Alone, pytest keeps the order of
+    testpaths, fast failures first."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=lambda item: not item.nodeid.startswith("tests/acceptance/"))  # stable
 
