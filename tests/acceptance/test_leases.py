@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from daemon_helpers import wait_for
+from helpers import run_cli_here
 from pgembed import db
 from pgembed.lifecycle import models
 
@@ -95,11 +96,7 @@ def test_slow_batches_are_embedded_once_and_a_killed_workers_come_back(
         LEASE + 2,
         "the dead worker's leases to run out",
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "pgembed", "--database-url", db_url, "sync", "--once"],
-        capture_output=True,
-        text=True,
-    )
+    done = run_cli_here("--database-url", db_url, "sync", "--once")  # no need of a process
     assert f"synced: {left} written, 0 skipped, 0 failed" in done.stdout, done.stderr
     assert embedded(app) == 2 * ROWS  # nothing lost
     assert batches(app)[0] == 2 * ROWS  # nothing written twice

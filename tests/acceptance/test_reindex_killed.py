@@ -11,7 +11,7 @@ import time
 import psycopg
 import pytest
 
-from helpers import cli
+from helpers import cli, make_due
 from pgembed.lifecycle import models
 from pgembed.sync import worker
 from reindex_helpers import TEXTS, assert_vectors, make_table
@@ -62,7 +62,8 @@ def test_killed_reindex_resumes_and_status_shows_it(
         and f"embedded {progress['rows_embedded']}/120" in text
     )
 
-    # The rerun picks up the shadow with its queue (waiting out the killed run's lease).
+    # The rerun picks up the shadow with its queue, the killed run's lease over.
+    make_due(conn)
     again = cli("--database-url", db_url, "reindex", "minilm", "--lease-seconds", "3")
     assert again.exit_code == 0, again.output
     assert "version 2" in again.output
