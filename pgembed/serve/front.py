@@ -95,8 +95,9 @@ class Front(asyncio.Protocol):
                 event = self.reader.next_event()
             except h11.RemoteProtocolError as exc:
                 if in_head:  # ours to answer
-                    log.info("a request that cannot be read: %s", exc)
-                    self._refuse(400, f"invalid HTTP request: {exc}")
+                    reason = str(exc).split(": bytearray(", 1)[0]  # not the bytes again
+                    log.info("a request that cannot be read: %s", reason)
+                    self._refuse(400, f"invalid HTTP request: {reason}")
                 else:  # the body's framing: uvicorn sees and answers it as well
                     self._pass_through()
                 return
