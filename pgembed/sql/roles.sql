@@ -1,5 +1,5 @@
 -- The group roles of least privilege (`pgembed migrate --create-roles`), and their grants.
--- Loaded by pgembed.sqlfiles; pgembed/roles.py runs them. README "Roles" lists the same.
+-- Loaded by pgembed.sqlfiles; pgembed/roles.py runs them. docs/security.md lists the same.
 -- An application that only writes its own table needs no role and no grant here: the capture
 -- triggers run as the owner of pgembed's functions.
 
