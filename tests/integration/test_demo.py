@@ -63,7 +63,7 @@ def test_demo_leaves_the_tour_names_alone_and_reset_removes_only_what_it_made(
         conn.execute("CREATE TABLE reviews (id bigint PRIMARY KEY, body text NOT NULL)")
         conn.execute("INSERT INTO reviews VALUES (1, 'The battery dies before lunch')")
     added = cli("--database-url", db_url, "model", "add", "minilm", "--table", "reviews",
-                "--column", "body")  # fmt: skip
+                "--column", "body", "--precision", "fp32")  # fmt: skip
     assert added.exit_code == 0, added.output
     assert cli("--database-url", db_url, "demo").exit_code == 0
     with db.connection(db_url) as conn:
@@ -88,7 +88,7 @@ def test_demo_refuses_to_touch_a_users_model_of_its_name(
 ) -> None:
     conn.execute("CREATE TABLE notes (id int PRIMARY KEY, body text)")
     added = cli("--database-url", db_url, "model", "add", "demo_mean", "--table", "notes",
-                "--column", "body")  # fmt: skip
+                "--column", "body", "--precision", "fp32")  # fmt: skip
     assert added.exit_code == 0, added.output
     for args in (("demo",), ("demo", "--reset")):
         result = cli("--database-url", db_url, *args)

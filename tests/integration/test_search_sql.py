@@ -468,6 +468,8 @@ def test_model_add_fulltext_and_remove(reviews: psycopg.Connection, db_url: str)
         "--column",
         "body",
         "--fulltext",
+        "--precision",
+        "fp32",
     )
     assert result.exit_code == 0, result.output
     index = "SELECT indexdef FROM pg_indexes WHERE indexname = 'pgembed_minilm_fts'"
