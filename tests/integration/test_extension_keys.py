@@ -21,7 +21,7 @@ from roles_helpers import role_maker
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import pgembed
-from helpers import cli, plans
+from helpers import cli, database, database_name, plans
 from pgembed import db
 from pgembed.catalog import registry
 from pgembed.contrib import sqlalchemy as orm
@@ -48,29 +48,42 @@ def key(i: int) -> str:
     return f"{'Rr'[i % 2]}eviewer{i}@Example.com"
 
 
-@pytest.fixture(params=["public", "ext"])
+@pytest.fixture(scope="module", params=["public", "ext"])
 def ext(request: pytest.FixtureRequest) -> str:
     """The schema citext is installed in: public, or ext, which is not on the search_path."""
     return str(request.param)
 
 
-@pytest.fixture
-def docs(db_url: str, ext: str) -> Iterator[psycopg.Connection]:
+@pytest.fixture(scope="module")
+def docs_template(server_url: str, template_url: str, ext: str) -> Iterator[str]:
     """Real reviews keyed by a citext e-mail, a chunked model with full-text search over them,
-    embedded."""
-    with db.connection(db_url) as conn:
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ext}")
-        conn.execute(f"CREATE EXTENSION citext SCHEMA {ext}")
-        conn.execute(f"CREATE TABLE docs (email {ext}.citext PRIMARY KEY, body text)")
-        with conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO docs VALUES (%s, %s)", [(key(i), t) for i, t in enumerate(TEXTS)]
+    embedded: once per schema of citext, each test changing a copy (docs_url)."""
+    with database(server_url, "pgembed_test_citext", template=database_name(template_url)) as url:
+        with db.connection(url) as conn:
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ext}")
+            conn.execute(f"CREATE EXTENSION citext SCHEMA {ext}")
+            conn.execute(f"CREATE TABLE docs (email {ext}.citext PRIMARY KEY, body text)")
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO docs VALUES (%s, %s)", [(key(i), t) for i, t in enumerate(TEXTS)]
+                )
+            request = models.AddRequest(
+                "ck", "docs", "body", precision="fp32", long_texts="chunk", fulltext=True
             )
-        request = models.AddRequest(
-            "ck", "docs", "body", precision="fp32", long_texts="chunk", fulltext=True
-        )
-        models.add(conn, request)
-        worker.Worker(db_url, worker.Options(once=True)).run()
+            models.add(conn, request)
+        worker.Worker(url, worker.Options(once=True)).run()
+        yield database_name(url)
+
+
+@pytest.fixture
+def docs_url(server_url: str, docs_template: str) -> Iterator[str]:
+    with database(server_url, "c", template=docs_template) as url:
+        yield url
+
+
+@pytest.fixture
+def docs(docs_url: str) -> Iterator[psycopg.Connection]:
+    with db.connection(docs_url) as conn:
         yield conn
 
 
@@ -102,13 +115,13 @@ def unindexed(found: list[str], *tables: str) -> list[str]:
 
 
 def test_a_citext_key_is_embedded_searched_and_found_whatever_its_case(
-    docs: psycopg.Connection, db_url: str, ext: str
+    docs: psycopg.Connection, docs_url: str, ext: str
 ) -> None:
     missing = docs.execute("SELECT count(*) FROM docs WHERE embedding_ck IS NULL").fetchone()
     assert missing == (0,)
     chunked = docs.execute("SELECT count(DISTINCT key) FROM pgembed_ck_chunks").fetchone()
     assert chunked is not None and chunked[0] > 0
-    with pgembed.Client(db_url) as client:
+    with pgembed.Client(docs_url) as client:
         hits = client.search("ck", TEXTS[3][:200], k=5)
         assert key(3) in [h.key for h in hits]
         assert [h.similarity for h in hits] == sorted((h.similarity for h in hits), reverse=True)
@@ -128,7 +141,7 @@ def test_a_citext_key_is_embedded_searched_and_found_whatever_its_case(
         "SELECT count(*) FROM pgembed_ck_chunks WHERE key::text IN (%s, %s)", (key(0), key(1))
     ).fetchone()
     assert left == (0,)
-    assert pgembed.sync_once(database_url=db_url).written == 1
+    assert pgembed.sync_once(database_url=docs_url).written == 1
 
 
 def test_every_key_comparison_takes_the_keys_index(docs: psycopg.Connection, ext: str) -> None:
@@ -167,7 +180,7 @@ def test_every_key_comparison_takes_the_keys_index(docs: psycopg.Connection, ext
 
 
 def test_the_chunk_tables_policy_compares_keys_as_their_type(
-    docs: psycopg.Connection, db_url: str, ext: str
+    docs: psycopg.Connection, docs_url: str, ext: str
 ) -> None:
     """A role under row-level security sees a chunk while it may see the chunk's row: the
     policy's probe of the row by its key is the comparison the test above shows its index
@@ -183,9 +196,9 @@ def test_the_chunk_tables_policy_compares_keys_as_their_type(
         "t.embedding_ck FROM docs t WHERE t.email OPERATOR(pg_catalog.=) pgembed_ck_chunks.key))"
     )
     assert "::text" in docs.execute(policy).fetchone()[0]  # type: ignore[index]
-    assert cli("--database-url", db_url, "alter-table", "docs", "SELECT 1").exit_code == 0
+    assert cli("--database-url", docs_url, "alter-table", "docs", "SELECT 1").exit_code == 0
     assert docs.execute(policy).fetchone() == row
-    with role_maker(db_url) as make:
+    with role_maker(docs_url) as make:
         reader = make("reader")
         docs.execute(f"GRANT USAGE ON SCHEMA pgembed, {ext} TO {reader}")
         docs.execute(f"GRANT SELECT ON docs, pgembed_ck_chunks TO {reader}")
@@ -243,7 +256,7 @@ def test_a_domain_keys_comparison_is_never_looked_up_by_the_domain(db_url: str) 
 
 
 def test_the_sqlalchemy_helpers_match_a_citext_key_as_citext(
-    docs: psycopg.Connection, db_url: str, ext: str
+    docs: psycopg.Connection, docs_url: str, ext: str
 ) -> None:
     """Hits are matched to their rows by the key type's `=` (before: as the VALUES' varchar,
     by a hash join over the whole table), and a key given in another case names its row."""
@@ -257,7 +270,7 @@ def test_the_sqlalchemy_helpers_match_a_citext_key_as_citext(
         body: Mapped[str | None]
         embedding_ck = mapped_column(Vector(384))
 
-    engine = sa.create_engine(db_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    engine = sa.create_engine(docs_url.replace("postgresql://", "postgresql+psycopg://", 1))
     statements: list[str] = []
     sa.event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
     try:
