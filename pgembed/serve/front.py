@@ -87,6 +87,8 @@ class Front(asyncio.Protocol):
         self.unanswered -= 1
         if self.unanswered <= 0 and self.refusal is not None:
             self._send_refusal()
+        elif self.unanswered <= 0 and self.held and not self.through:
+            self._arm()  # a head that waited behind the answers: its time starts now
 
     def _read(self) -> None:
         while True:
@@ -112,7 +114,7 @@ class Front(asyncio.Protocol):
             elif event is h11.NEED_DATA:
                 if self.reader.their_state is not h11.IDLE:
                     self._give(len(self.held))  # the body so far
-                elif self.held:
+                elif self.held and self.unanswered <= 0:  # else: armed once they are answered
                     self._arm()
                 return
             elif not isinstance(event, h11.Data):  # PAUSED, ConnectionClosed
@@ -123,7 +125,9 @@ class Front(asyncio.Protocol):
         """The reader answers for itself (a response of no consequence, never sent) to read the
         next request; False where HTTP has no next one (Connection: close, HTTP/1.0)."""
         try:
-            self.reader.send(h11.Response(status_code=204, headers=[]))
+            # Not a 2xx: to CONNECT, h11 takes a 2xx for a switch of protocol and would stop
+            # reading (and the head's deadline with it) on a connection uvicorn keeps open.
+            self.reader.send(h11.Response(status_code=404, headers=[(b"content-length", b"0")]))
             self.reader.send(h11.EndOfMessage())
             self.reader.start_next_cycle()
         except h11.LocalProtocolError:
