@@ -139,6 +139,8 @@ def differences(request: AddRequest, spec: ModelSpec) -> list[Difference]:
     max_seq_length or precision left to its default matches any): the "same model?" rule of an
     interrupted `model add` run again, and of `add_model(exist_ok=True)`."""
     schema, table = naming.parse_table(request.table)
+    # The table by its (schema, name) pair: as one dotted string, "a.b".c would equal a."b.c".
+    table_differs = (schema, table) != (spec.table_schema, spec.table_name)
     where = [
         Difference("table", "table", f"{schema}.{table}", spec.qualified_table),
         Difference("column", "column", text_columns(request.column), spec.text_columns),
@@ -148,7 +150,9 @@ def differences(request: AddRequest, spec: ModelSpec) -> list[Difference]:
         Difference(s.option.removeprefix("--"), s.api_name, asked, registered)
         for s, asked, registered in options.unlike(request, spec)
     ]
-    return [d for d in where if d.asked != d.registered] + settings
+    return [
+        d for d in where if (table_differs if d.option == "table" else d.asked != d.registered)
+    ] + settings
 
 
 def _add_in_transaction(

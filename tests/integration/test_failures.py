@@ -47,6 +47,10 @@ def test_poison_rows_fail_alone_retry_then_move_to_failures(
     assert [(k, a, later) for k, a, _, later in queued] == [("90", 1, True), ("91", 1, True)]
     assert all("size of tensor" in err or "index" in err.lower() for _, _, err, _ in queued)
 
+    backoff = poisoned.execute(
+        "SELECT extract(epoch FROM max(next_attempt_at) - now()) FROM pgembed.queue"
+    ).fetchone()
+    assert backoff is not None and 0 < float(backoff[0]) <= 2.5, backoff  # the first: 2 s
     assert make_due(poisoned) == 2  # the first backoff over
     second = cli("--database-url", db_url, "sync", "--once", "--max-attempts", "2")
     assert "2 failed" in second.output
