@@ -176,8 +176,8 @@ def alter_model(
     build = indexbuild.BuildSettings(maintenance_work_mem, parallel_workers)
     url = locate.resolve_url(database_url)
     with connection(url) as conn:
-        if change.precision is not None and change.precision_only():
-            return lifecycle.alter_precision(conn, name, change.precision)
+        if (alone := change.precision_only()) is not None:
+            return lifecycle.alter_precision(conn, name, alone)
         fill = None
         if wait:  # the fill's options, checked before the version is registered (not half done)
             fill = reindex.Options(

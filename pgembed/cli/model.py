@@ -128,8 +128,8 @@ def model_alter(app: App, /, name: str, no_wait: bool, **kw: Any) -> None:
     """Record new settings as the next version of model NAME and reindex online into them."""
     change = reindex.Change(**pop_settings(kw))
     with app.connect() as conn:
-        if change.precision is not None and change.precision_only():
-            spec = models.alter_precision(conn, name, change.precision)
+        if (alone := change.precision_only()) is not None:
+            spec = models.alter_precision(conn, name, alone)
             click.echo(f"model {name}: precision {spec.precision}: {spec.precision_note}")
             return
         options = None if no_wait else run_options(kw)  # its device and memory: before anything

@@ -139,20 +139,21 @@ def differences(request: AddRequest, spec: ModelSpec) -> list[Difference]:
     max_seq_length or precision left to its default matches any): the "same model?" rule of an
     interrupted `model add` run again, and of `add_model(exist_ok=True)`."""
     schema, table = naming.parse_table(request.table)
-    # The table by its (schema, name) pair: as one dotted string, "a.b".c would equal a."b.c".
-    table_differs = (schema, table) != (spec.table_schema, spec.table_name)
-    where = [
-        Difference("table", "table", f"{schema}.{table}", spec.qualified_table),
-        Difference("column", "column", text_columns(request.column), spec.text_columns),
-        Difference("key", "key", request.key or spec.key_column, spec.key_column),
+    found = [
+        d
+        for d in (
+            Difference("column", "column", text_columns(request.column), spec.text_columns),
+            Difference("key", "key", request.key or spec.key_column, spec.key_column),
+        )
+        if d.asked != d.registered
     ]
-    settings = [
+    # The table by its (schema, name) pair: as one dotted string, "a.b".c would equal a."b.c".
+    if (schema, table) != (spec.table_schema, spec.table_name):
+        found.insert(0, Difference("table", "table", f"{schema}.{table}", spec.qualified_table))
+    return found + [
         Difference(s.option.removeprefix("--"), s.api_name, asked, registered)
         for s, asked, registered in options.unlike(request, spec)
     ]
-    return [
-        d for d in where if (table_differs if d.option == "table" else d.asked != d.registered)
-    ] + settings
 
 
 def _add_in_transaction(

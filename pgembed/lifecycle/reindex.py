@@ -43,9 +43,10 @@ class Change(SettingChanges):
     def __post_init__(self) -> None:
         options.check(self, alter=True)
 
-    def precision_only(self) -> bool:
-        """Only the precision changes: no reindex (see models.alter_precision)."""
-        return self.precision is not None and replace(self, precision=None) == Change()
+    def precision_only(self) -> str | None:
+        """The precision asked for, when it is all that changes: no reindex (see
+        models.alter_precision); else None."""
+        return self.precision if replace(self, precision=None) == Change() else None
 
 
 def _pick(new: T | None, current: T) -> T:
