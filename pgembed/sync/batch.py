@@ -307,9 +307,12 @@ def to_lock(part: list[Claim], rows: Rows) -> tuple[list[str], list[str]]:
     return [row.key for row in embedded], [row.text_md5 for row in embedded]
 
 
-def plan_slice(part: list[Claim], rows: Rows, locked: store.Locked) -> SlicePlan:
-    """The slice's plan from what store.lock found: no database, so a test needs none."""
-    keys, md5s = to_lock(part, rows)
+def plan_slice(
+    part: list[Claim], rows: Rows, locking: tuple[list[str], list[str]], locked: store.Locked
+) -> SlicePlan:
+    """The slice's plan from what store.lock found for the keys and md5s `locking` (to_lock's):
+    no database, so a test needs none."""
+    keys, md5s = locking
     write = [i for i, key in enumerate(keys) if locked.same.get(key)]
     return SlicePlan(
         [keys[i] for i in write],
@@ -382,8 +385,8 @@ def _apply_slice(
     """In the slice's transaction: lock the rows of `part`'s keys that nobody holds, write the
     vectors of those whose text is unchanged, complete the keys (but failed ones), postpone the
     held ones, account. As the table's owner, the write comes last (store.write_as_owner)."""
-    keys, md5s = to_lock(part, rows)
-    plan = plan_slice(part, rows, store.lock(conn, spec, keys, md5s))
+    locking = to_lock(part, rows)
+    plan = plan_slice(part, rows, locking, store.lock(conn, spec, *locking))
     vectors = rows.matrix[plan.positions]
     if owner is None:
         written = store.write(conn, spec, plan.keys, plan.md5s, vectors)

@@ -33,7 +33,12 @@ def test_a_write_back_slice_is_planned_from_what_its_lock_found() -> None:
     )
     rows = Rows.of(embedded)
     assert to_lock(claims, rows) == (list("12345"), [f"m{k}" for k in range(1, 6)])
-    plan = plan_slice(claims, rows, Locked(same={"1": True, "2": False, "4": True}, held={"5"}))
+    plan = plan_slice(
+        claims,
+        rows,
+        to_lock(claims, rows),
+        Locked(same={"1": True, "2": False, "4": True}, held={"5"}),
+    )
     assert (plan.keys, plan.md5s, plan.positions) == (["1", "4"], ["m1", "m4"], [0, 3])
     assert rows.matrix[plan.positions].tolist() == [[0, 1], [6, 7]]
     # Completed: written, changed (queued again by its update) or gone; not the failed key 6,
@@ -50,6 +55,6 @@ def test_a_slice_whose_rows_are_all_held_writes_nothing() -> None:
             [SourceRow("a", "x", "ma"), SourceRow("b", "y", "mb")], [np.eye(2, dtype=np.float32)]
         )
     )
-    plan = plan_slice(claims, rows, Locked(same={}, held={"a", "b"}))
+    plan = plan_slice(claims, rows, to_lock(claims, rows), Locked(same={}, held={"a", "b"}))
     assert (plan.keys, plan.positions, plan.complete) == ([], [], [])
     assert [c.key for c in plan.busy] == ["a", "b"]
