@@ -75,9 +75,12 @@ def database(server_url: str, prefix: str, template: str | None = None) -> Itera
             conn.execute(drop)
 
 
-def cli(*args: str) -> Result:
-    """Run the CLI in-process (the model stays loaded between calls)."""
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+def cli(*args: str, env: dict[str, str] | None = None, prog_name: str | None = None) -> Result:
+    """Run the CLI in-process (the model stays loaded between calls); `env` is added to the
+    environment for the call only."""
+    return CliRunner().invoke(
+        main, list(args), env=env, prog_name=prog_name, catch_exceptions=False
+    )
 
 
 def run_cli(
@@ -101,9 +104,7 @@ def run_cli_here(*args: str, env: dict[str, str] | None = None) -> subprocess.Co
     this process, as the installed `pgembed` names itself: for what the CLI prints and exits
     with, where a process start is not the subject. A traceback fails the test instead of
     reaching stderr; `env` is added to the environment for the call only."""
-    result = CliRunner().invoke(
-        main, list(args), env=env, prog_name="pgembed", catch_exceptions=False
-    )
+    result = cli(*args, env=env, prog_name="pgembed")
     return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
 
 
