@@ -136,6 +136,11 @@ SERVE_MAX_IN_FLIGHT = 256
 # parsed again), would hold one of the server's 8 connections for as long as it ran.
 SERVE_STATEMENT_TIMEOUT = 30.0
 SERVE_STATEMENT_TIMEOUT_MAX = 2147483.0  # PostgreSQL's limit: 2^31 - 1 milliseconds
+# Seconds `pgembed serve` gives a request's headers, and then its body, to arrive (else 408), and
+# the requests in flight to finish after SIGTERM (else 503): below a load balancer's idle timeout
+# and an orchestrator's grace period (Kubernetes: 30 s) in the common setups.
+SERVE_REQUEST_TIMEOUT = 10.0
+SERVE_STOP_TIMEOUT = 10
 
 # `pgembed load` refuses a record (a JSON line, a CSV row) longer than this many bytes, with one
 # line that says where, instead of reading on: a file with no line end (/dev/zero) grew to 22 GB,

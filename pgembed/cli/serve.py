@@ -79,6 +79,24 @@ log = logging.getLogger("pgembed.serve")
     help="A search statement running longer is stopped and answered 504 (0: no limit).",
 )
 @click.option(
+    "--request-timeout",
+    type=click.FloatRange(0.1, 3600),
+    default=defaults.SERVE_REQUEST_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="A request's headers, then its body, must each arrive within this long: else 408 and "
+    "the connection closed.",
+)
+@click.option(
+    "--stop-timeout",
+    type=click.IntRange(1, 3600),
+    default=defaults.SERVE_STOP_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="After SIGTERM or SIGINT, requests in flight get this long to finish; one still "
+    "running is answered 503.",
+)
+@click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
 @pass_app
@@ -92,6 +110,8 @@ def serve_cmd(
     batch_size: int,
     batch_wait_ms: float,
     statement_timeout: float,
+    request_timeout: float,
+    stop_timeout: int,
     log_format: str,
 ) -> None:
     """Search over HTTP: POST /search, GET /models, GET /healthz, a search page at /.
@@ -111,7 +131,14 @@ def serve_cmd(
     )
     try:
         server = SearchServer(
-            api, host, port, allowed_hosts=allowed_hosts, max_in_flight=max_in_flight
+            api,
+            host,
+            port,
+            allowed_hosts=allowed_hosts,
+            max_in_flight=max_in_flight,
+            body_seconds=request_timeout,
+            head_seconds=request_timeout,
+            stop_seconds=stop_timeout,
         )
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

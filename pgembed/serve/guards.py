@@ -78,8 +78,8 @@ class Guard:
         try:
             await self.app(scope, receive, answer)
         except asyncio.CancelledError:
-            # uvicorn cancels what is still running STOP_WAIT_SECONDS after a stop began; its own
-            # answer was a plain-text 500 and a traceback in the log.
+            # uvicorn cancels what is still running `--stop-timeout` seconds after a stop began;
+            # its own answer was a plain-text 500 and a traceback in the log.
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()

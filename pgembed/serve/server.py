@@ -23,6 +23,7 @@ from typing import Any
 
 import uvicorn
 
+from pgembed import defaults
 from pgembed.serve import front
 from pgembed.serve.api import Api
 from pgembed.serve.app import BODY_SECONDS, MAX_IN_FLIGHT, make_app
@@ -30,9 +31,9 @@ from pgembed.serve.app import BODY_SECONDS, MAX_IN_FLIGHT, make_app
 log = logging.getLogger("pgembed.serve")
 
 IDLE_SECONDS = 30  # a keep-alive connection with no request for this long is closed
-HEAD_SECONDS = 10.0  # a connection without a whole request head this long after it began: closed
+HEAD_SECONDS = defaults.SERVE_REQUEST_TIMEOUT  # a request head not whole this long after it began
 ACCEPT_LOG_SECONDS = 60.0  # out of file descriptors, accept's failure is logged once this often
-STOP_WAIT_SECONDS = 10  # `stop` waits this long at most for the requests in flight
+STOP_WAIT_SECONDS = defaults.SERVE_STOP_TIMEOUT  # `stop` waits this long for requests in flight
 BACKLOG = 2048  # connections the kernel holds for accepting
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
@@ -52,6 +53,7 @@ class SearchServer:
         max_in_flight: int = MAX_IN_FLIGHT,
         body_seconds: float = BODY_SECONDS,
         head_seconds: float = HEAD_SECONDS,
+        stop_seconds: int = STOP_WAIT_SECONDS,
     ) -> None:
         """`allowed_hosts`: Host names answered besides the loopback ones; given, the Host check
         applies on any address (a container binds 0.0.0.0 to be published on 127.0.0.1)."""
@@ -69,6 +71,7 @@ class SearchServer:
             )
         self._fronts: front.Fronts = {}
         self._head_seconds = head_seconds
+        self._stop_seconds = stop_seconds
         app = make_app(api, hosts, max_in_flight=max_in_flight, body_seconds=body_seconds)
         config = uvicorn.Config(
             front.Answered(app, self._fronts),
@@ -81,7 +84,7 @@ class SearchServer:
             server_header=False,
             date_header=False,
             timeout_keep_alive=IDLE_SECONDS,
-            timeout_graceful_shutdown=STOP_WAIT_SECONDS,
+            timeout_graceful_shutdown=stop_seconds,
             backlog=BACKLOG,
             h11_max_incomplete_event_size=front.HEAD_BYTES,
             proxy_headers=False,  # a request's "client" is its connection's (front.Answered)
@@ -126,11 +129,11 @@ class SearchServer:
         await self._server.serve(sockets=[self._socket])
 
     def stop(self) -> None:
-        """Stop accepting, wait for the requests in flight to be answered (STOP_WAIT_SECONDS at
+        """Stop accepting, wait for the requests in flight to be answered (`stop_seconds` at
         most), then close the pool and the socket."""
         self._server.should_exit = True
         if self._thread is not None:
-            self._thread.join(STOP_WAIT_SECONDS + 5)
+            self._thread.join(self._stop_seconds + 5)
         self.server_close()
 
     def server_close(self) -> None:
