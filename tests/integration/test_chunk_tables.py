@@ -11,7 +11,7 @@ from pgvector import Vector as PgVector
 from psycopg import sql
 
 import pgembed
-from helpers import cli, plans, writing_vectors
+from helpers import cli, hnsw_built_after, plans, writing_vectors
 from pgembed import db
 from pgembed.catalog import registry
 from pgembed.errors import UsageError
@@ -32,18 +32,18 @@ def test_a_big_table_searches_both_indexes_and_filters_return_k(db_url: str) -> 
             v = rng.normal(size=(n, spec.dimensions)).astype(np.float32)
             return np.asarray(v / np.linalg.norm(v, axis=1, keepdims=True))
 
-        copy = "COPY items (id, body, bucket, embedding_big) FROM STDIN (FORMAT BINARY)"
-        with writing_vectors(conn), conn.cursor() as cur, cur.copy(copy) as out:
-            out.set_types(["integer", "text", "text", "vector"])
-            for i, vector in enumerate(unit(3000)):
-                out.write_row(
-                    (i, f"item {i}", "rare" if i % 50 == 0 else "common", PgVector(vector))
-                )
-        copy = "COPY pgembed_big_chunks (key, chunk, embedding) FROM STDIN (FORMAT BINARY)"
-        with conn.cursor() as cur, cur.copy(copy) as out:
-            out.set_types(["integer", "integer", "vector"])
-            for i, vector in enumerate(unit(6000)):
-                out.write_row((i // 2, 1 + i % 2, PgVector(vector)))
+        with hnsw_built_after(conn, "items", "pgembed_big_chunks"):
+            copy = "COPY items (id, body, bucket, embedding_big) FROM STDIN (FORMAT BINARY)"
+            with writing_vectors(conn), conn.cursor() as cur, cur.copy(copy) as out:
+                out.set_types(["integer", "text", "text", "vector"])
+                for i, vector in enumerate(unit(3000)):
+                    bucket = "rare" if i % 50 == 0 else "common"
+                    out.write_row((i, f"item {i}", bucket, PgVector(vector)))
+            copy = "COPY pgembed_big_chunks (key, chunk, embedding) FROM STDIN (FORMAT BINARY)"
+            with conn.cursor() as cur, cur.copy(copy) as out:
+                out.set_types(["integer", "integer", "vector"])
+                for i, vector in enumerate(unit(6000)):
+                    out.write_row((i // 2, 1 + i % 2, PgVector(vector)))
         conn.execute("DELETE FROM pgembed.inbox")  # the vectors are already there
         conn.execute("ANALYZE items")
         conn.execute("ANALYZE pgembed_big_chunks")
@@ -159,17 +159,19 @@ def test_a_row_reached_by_its_chunk_is_scored_by_its_own_vector_too(db_url: str)
         spec = models.add(conn, request)[0]
         vectors = rng.normal(size=(3000, spec.dimensions)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        copy = "COPY items (id, body, embedding_shallow) FROM STDIN (FORMAT BINARY)"
-        with writing_vectors(conn), conn.cursor() as cur, cur.copy(copy) as out:
-            out.set_types(["integer", "text", "vector"])
-            for i, vector in enumerate(vectors):
-                out.write_row((i, f"item {i}", PgVector(vector)))
-        copy = "COPY pgembed_shallow_chunks (key, chunk, embedding) FROM STDIN (FORMAT BINARY)"
-        with conn.cursor() as cur, cur.copy(copy) as out:
-            out.set_types(["integer", "integer", "vector"])
-            for i, vector in enumerate(vectors):  # a window much like the first
-                chunk = vector + 0.2 * rng.normal(size=spec.dimensions) / spec.dimensions**0.5
-                out.write_row((i, 1, PgVector((chunk / np.linalg.norm(chunk)).astype(np.float32))))
+        with hnsw_built_after(conn, "items", "pgembed_shallow_chunks"):
+            copy = "COPY items (id, body, embedding_shallow) FROM STDIN (FORMAT BINARY)"
+            with writing_vectors(conn), conn.cursor() as cur, cur.copy(copy) as out:
+                out.set_types(["integer", "text", "vector"])
+                for i, vector in enumerate(vectors):
+                    out.write_row((i, f"item {i}", PgVector(vector)))
+            copy = "COPY pgembed_shallow_chunks (key, chunk, embedding) FROM STDIN (FORMAT BINARY)"
+            with conn.cursor() as cur, cur.copy(copy) as out:
+                out.set_types(["integer", "integer", "vector"])
+                for i, vector in enumerate(vectors):  # a window much like the first
+                    near = vector + 0.2 * rng.normal(size=spec.dimensions) / spec.dimensions**0.5
+                    chunk = (near / np.linalg.norm(near)).astype(np.float32)
+                    out.write_row((i, 1, PgVector(chunk)))
         conn.execute("DELETE FROM pgembed.inbox")
         conn.execute("ANALYZE items")
         conn.execute("ANALYZE pgembed_shallow_chunks")

@@ -7,7 +7,7 @@ import psycopg
 import pytest
 from pgvector import Vector
 
-from helpers import cli, plans, search_on, writing_vectors
+from helpers import cli, hnsw_built_after, plans, search_on, writing_vectors
 from pgembed.catalog import registry
 from pgembed.encode import embedder
 from pgembed.lifecycle import models
@@ -65,7 +65,8 @@ def test_query_embeds_with_the_models_settings(
 
 def test_query_uses_the_hnsw_index(synced: registry.ModelSpec, reviews: psycopg.Connection) -> None:
     rng = np.random.default_rng(0)
-    with writing_vectors(reviews), reviews.cursor() as cur:
+    loading = hnsw_built_after(reviews, "reviews")
+    with loading, writing_vectors(reviews), reviews.cursor() as cur:
         cur.executemany(
             "INSERT INTO reviews (id, body, stars, embedding_minilm) VALUES (%s, %s, 1, %s)",
             [

@@ -12,7 +12,7 @@ import pytest
 from pgvector import Vector
 from psycopg import sql
 
-from helpers import database, database_name, plans, writing_vectors
+from helpers import database, database_name, hnsw_built_after, plans, writing_vectors
 from pgembed import db
 from pgembed.catalog import registry
 from pgembed.lifecycle import models
@@ -45,7 +45,8 @@ def make_table(conn: psycopg.Connection, name: str, rows: int) -> None:
     copy = sql.SQL("COPY {} (id, body, {}) FROM STDIN (FORMAT BINARY)").format(
         sql.Identifier(name), sql.Identifier(f"embedding_{name}")
     )
-    with writing_vectors(conn), conn.cursor() as cur, cur.copy(copy) as out:
+    loading = hnsw_built_after(conn, name)
+    with loading, writing_vectors(conn), conn.cursor() as cur, cur.copy(copy) as out:
         out.set_types(["integer", "text", "vector"])
         for i, (text, vector) in enumerate(zip(texts(rows), unit_vectors(rows, rows), strict=True)):
             out.write_row((i, text, Vector(vector)))

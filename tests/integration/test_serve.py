@@ -284,9 +284,13 @@ def test_every_connection_in_use_is_503_busy(
             if waiting and waiting[0] >= serve_api.POOL_SIZE:
                 break
             time.sleep(0.1)
-        status, answer = call(f"{server.url}/search", body)
-        others = {path: call(f"{server.url}{path}") for path in ("/healthz", "/models")}
-        _, home = call(f"{server.url}/")
+        with ThreadPoolExecutor(4) as asking:  # at once: each waits out the acquire timeout
+            searched = asking.submit(call, f"{server.url}/search", body)
+            asked = {p: asking.submit(call, f"{server.url}{p}") for p in ("/healthz", "/models")}
+            page = asking.submit(call, f"{server.url}/")
+            status, answer = searched.result()
+            others = {path: future.result() for path, future in asked.items()}
+            _, home = page.result()
         locker.rollback()  # the lock goes: the 8 are answered
         first = [future.result() for future in held]
     assert status == 503, answer
