@@ -16,6 +16,13 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+# Several pytest-xdist workers on the machine's cores: one torch thread each (and in the daemons
+# they start), as OMP_NUM_THREADS tells pgembed's encoder. Two processes of two threads on two
+# cores spent 20 % more CPU per encode than two of one (docs/development.md). Set before any
+# import of torch, which reads it at its start.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from daemon_helpers import embedded_server_url, stop_server
 from helpers import REVIEWS, database, database_name, make_items
 from pgembed import db, migrate

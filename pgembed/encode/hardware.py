@@ -27,13 +27,16 @@ def cores() -> int:
 
 
 def use_all_cores() -> int:
-    """Give torch one intra-op thread per core we were given, once per process."""
+    """Give torch one intra-op thread per core we were given, once per process; an explicit
+    OMP_NUM_THREADS (torch's own setting, read at its start) is kept: whoever set it knows what
+    else shares the cores."""
     global _threads_set
     import torch
 
     with _threads_lock:
         if not _threads_set:
-            torch.set_num_threads(cores())
+            if not os.environ.get("OMP_NUM_THREADS", "").strip():
+                torch.set_num_threads(cores())
             _threads_set = True
     return int(torch.get_num_threads())
 

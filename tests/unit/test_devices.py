@@ -37,16 +37,16 @@ def test_precision_on_each_device() -> None:
     assert precision.on_device("int8", "int8", "cuda") == "fp32"  # dynamic int8 is CPU-only
 
 
-def test_worker_uses_one_torch_thread_per_core_it_is_given() -> None:
-    code = (
-        "import os, torch; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
-        "from pgembed.encode import hardware; "
-        "print(hardware.use_all_cores(), torch.get_num_threads())"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    ).stdout
-    assert out.split() == ["1", "1"]
+def test_worker_uses_one_torch_thread_per_core_it_is_given_unless_told() -> None:
+    """One core given: one thread. All cores given but OMP_NUM_THREADS=1: one thread."""
+    use = "from pgembed.encode import hardware; print(hardware.use_all_cores())"
+    one_core = "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); " + use
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    for code, told in ((one_core, None), (use, "1")):
+        run_env = env if told is None else {**env, "OMP_NUM_THREADS": told}
+        run = [sys.executable, "-c", code]
+        out = subprocess.run(run, capture_output=True, text=True, timeout=120, env=run_env)
+        assert out.stdout.split() == ["1"], (told, out.stderr[-2000:])
     assert hardware.cores() == len(os.sched_getaffinity(0))
 
 
