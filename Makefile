@@ -43,12 +43,14 @@ demo: setup
 	$(BIN)/pgembed demo
 
 # Every tier, in TEST_WORKERS processes (pytest-xdist), each with its own embedded server, the
-# model and the session's template databases. Work stealing: each process starts on half of the
-# tests, the longest tier, tests/acceptance, first (tests/conftest.py), and one that runs out takes
-# half of what the other has left, so neither waits at the end for a long file the other holds.
+# model (one torch thread each: tests/conftest.py) and the session's template databases. One more
+# process than cores: a test waits (on a lock, a timer, a process start) a part of its time, which
+# another one fills (2 cores: 361 s with 2, 320 s with 3, 346 s with 4). Work stealing: each
+# process starts on its share of the tests, the longest tier, tests/acceptance, first, and one
+# that runs out takes half of what another has left, so none waits at the end for a long file.
 # TEST_WORKERS=0 runs them in this process, fast failures first: tests/unit, tests/integration,
 # tests/acceptance (testpaths).
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= $(shell expr $$(nproc) + 1)
 test: setup
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
