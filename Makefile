@@ -44,13 +44,13 @@ demo: setup
 
 # Every tier, in TEST_WORKERS processes (pytest-xdist), each with its own embedded server, the
 # model (one torch thread each: tests/conftest.py) and the session's template databases. One more
-# process than cores: a test waits (on a lock, a timer, a process start) a part of its time, which
-# another one fills (2 cores: 361 s with 2, 320 s with 3, 346 s with 4). Work stealing: each
-# process starts on its share of the tests, the longest tier, tests/acceptance, first, and one
-# that runs out takes half of what another has left, so none waits at the end for a long file.
-# TEST_WORKERS=0 runs them in this process, fast failures first: tests/unit, tests/integration,
-# tests/acceptance (testpaths).
-TEST_WORKERS ?= $(shell expr $$(nproc) + 1)
+# process than the cores this process may use (a test waits on locks, timers and process starts a
+# part of its time, which another one fills: docs/development.md), at most 8 (each holds about
+# 1 GB). Work stealing: each process starts on its share of the tests, the longest tier,
+# tests/acceptance, first, and one that runs out takes half of what another has left, so none
+# waits at the end for a long file. TEST_WORKERS=0 runs them in this process, fast failures
+# first: tests/unit, tests/integration, tests/acceptance (testpaths).
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1; print(min(n + 1, 8))')
 test: setup
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 

@@ -17,9 +17,8 @@ import psycopg
 import pytest
 
 # Several pytest-xdist workers on the machine's cores: one torch thread each (and in the daemons
-# they start), as OMP_NUM_THREADS tells pgembed's encoder. Two processes of two threads on two
-# cores spent 20 % more CPU per encode than two of one (docs/development.md). Set before any
-# import of torch, which reads it at its start.
+# they start), as OMP_NUM_THREADS tells pgembed's encoder: threads that outnumber the cores cost
+# CPU (docs/development.md). Set before any import of torch, which reads it at its start.
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -33,7 +32,7 @@ from pgembed.lifecycle import models
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """In a pytest-xdist worker, the acceptance tier first: its tests are the longest, and work
     stealing (the Makefile's --dist worksteal) hands over the tail of a worker's queue, where a
-    long test would leave the other worker idle at the end. Alone, pytest keeps the order of
+    long test would leave the other workers idle at the end. Alone, pytest keeps the order of
     testpaths, fast failures first."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=lambda item: not item.nodeid.startswith("tests/acceptance/"))  # stable

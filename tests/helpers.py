@@ -131,13 +131,15 @@ def hnsw_built_after(conn: psycopg.Connection, *tables: str) -> Iterator[None]:
         "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
         "JOIN pg_catalog.pg_am a ON a.oid = c.relam "
         "WHERE a.amname = 'hnsw' AND i.indrelid = ANY(%s::regclass[])",
-        (list(tables),),
+        ([sql.Identifier(table).as_string(conn) for table in tables],),
     ).fetchall()
     for schema, name, _ in found:
         conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(schema, name)))
-    yield
-    for _, _, definition in found:
-        conn.execute(definition)
+    try:
+        yield
+    finally:
+        for _, _, definition in found:
+            conn.execute(definition)
 
 
 def make_due(conn: psycopg.Connection) -> int:

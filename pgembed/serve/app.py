@@ -41,7 +41,7 @@ from pgembed.serve.guards import Guard, HostCheck, InFlightLimit, JsonError, dum
 log = logging.getLogger("pgembed.serve")
 
 MAX_BODY = 1 << 20  # bytes: a search request is a few hundred
-BODY_SECONDS = defaults.SERVE_REQUEST_TIMEOUT  # a body not whole within this long: 408
+BODY_SECONDS = defaults.SERVE_REQUEST_TIMEOUT  # a body not whole by then (shorter than its length?)
 MAX_IN_FLIGHT = defaults.SERVE_MAX_IN_FLIGHT  # requests answered at once; past it 503
 
 

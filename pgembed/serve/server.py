@@ -6,7 +6,8 @@ What uvicorn takes on: parsing, keep-alive (idle connections closed after IDLE_S
 listen backlog of BACKLOG connections (a burst of clients waits to be accepted instead of being
 reset), graceful stop, and one task per request rather than one thread per connection, so
 hundreds of waiting clients cost little. front.py adds what it has no setting for: a time limit
-on a request's head (HEAD_SECONDS) and a JSON 400 for a head it cannot parse.
+on a request's head (`head_seconds`, `serve --request-timeout`) and a JSON 400 for a head it
+cannot parse.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from pgembed.serve.app import BODY_SECONDS, MAX_IN_FLIGHT, make_app
 log = logging.getLogger("pgembed.serve")
 
 IDLE_SECONDS = 30  # a keep-alive connection with no request for this long is closed
-HEAD_SECONDS = defaults.SERVE_REQUEST_TIMEOUT  # a request head not whole this long after it began
+HEAD_SECONDS = defaults.SERVE_REQUEST_TIMEOUT
 ACCEPT_LOG_SECONDS = 60.0  # out of file descriptors, accept's failure is logged once this often
-STOP_WAIT_SECONDS = defaults.SERVE_STOP_TIMEOUT  # `stop` waits this long for requests in flight
+STOP_WAIT_SECONDS = defaults.SERVE_STOP_TIMEOUT
 BACKLOG = 2048  # connections the kernel holds for accepting
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 

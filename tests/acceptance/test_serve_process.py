@@ -138,8 +138,8 @@ def test_a_search_still_running_at_stop_is_503_json(shop_url: str, tmp_path: Pat
     with no traceback in the log, and the server exits 0."""
     log = tmp_path / "serve.log"
     body = {"text": "battery dies fast", "model": "minilm", "k": 3}
-    started = serve(shop_url, log, "--stop-timeout", "2")
-    with started as (proc, base), db.connection(shop_url) as locker:
+    server = serve(shop_url, log, "--stop-timeout", "2")
+    with server as (proc, base), db.connection(shop_url) as locker:
         locker.autocommit = False
         locker.execute("LOCK TABLE reviews IN ACCESS EXCLUSIVE MODE")
         with ThreadPoolExecutor(1) as pool:
