@@ -216,8 +216,8 @@ def sync_once(
 ) -> SyncResult:
     """Embed every queued row of these models (default: all) and return (`pgembed sync --once`).
 
-    The model loads and encodes in this thread, on every core (or a CUDA GPU when one is
-    visible); a web application runs it in a worker thread, or leaves syncing to the
+    The model loads and encodes in this thread, on every core (or a GPU when torch sees one:
+    CUDA, else Apple's MPS); a web application runs it in a worker thread, or leaves syncing to the
     `pgembed sync` daemon.
     """
     names = (models,) if isinstance(models, str) else tuple(models or ())

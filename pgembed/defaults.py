@@ -26,16 +26,16 @@ MAX_BACKOFF_SECONDS = 30.0
 
 # Texts per encode call on a CPU, measured on all-MiniLM-L6-v2 at ~44 word pieces (BENCHMARKS.md):
 # on one thread batches of 16 ran 4 % faster than 32 (less padding); on two threads of a loaded
-# machine 32 ran 30 % faster than 16 (fewer thread barriers); 8 was worst on both. A GPU wants far
-# larger batches to fill its cores.
+# machine 32 ran 30 % faster than 16 (fewer thread barriers); 8 was worst on both. A GPU (CUDA or
+# Apple's MPS) wants far larger batches to fill its cores.
 CPU_BATCH_SIZE = 32
-CUDA_BATCH_SIZE = 256
+GPU_BATCH_SIZE = 256
 
 # Keys a worker claims at once: enough texts that sorted batches pad little (with 256 claimed and
 # batches of 32, ~9 % padding on ~48+-12 word-piece texts; 64 claimed: ~31 %), few enough that a
 # crash loses little work.
 CPU_CLAIM_SIZE = 256
-CUDA_CLAIM_SIZE = 1024
+GPU_CLAIM_SIZE = 1024
 # A reindex fills its shadow beside a live model: smaller claims keep the live model's batches
 # from waiting long behind it.
 REINDEX_CLAIM_SIZE = 64
@@ -70,13 +70,13 @@ MAX_QUERY_CHARS = 10_000
 
 
 def batch_size(device: str) -> int:
-    """Texts per encode call on `device` (cpu or cuda)."""
-    return CUDA_BATCH_SIZE if device == "cuda" else CPU_BATCH_SIZE
+    """Texts per encode call on `device` (cpu, or a GPU: cuda or mps)."""
+    return CPU_BATCH_SIZE if device == "cpu" else GPU_BATCH_SIZE
 
 
 def claim_size(device: str) -> int:
-    """Keys a sync worker claims at once on `device` (cpu or cuda)."""
-    return CUDA_CLAIM_SIZE if device == "cuda" else CPU_CLAIM_SIZE
+    """Keys a sync worker claims at once on `device` (cpu, or a GPU: cuda or mps)."""
+    return CPU_CLAIM_SIZE if device == "cpu" else GPU_CLAIM_SIZE
 
 
 # Connections a Client (or AsyncClient) opens at most: searches beyond it wait for one to free up.

@@ -49,7 +49,7 @@ def fill_options(command: F) -> F:
                 type=click.Choice(hardware.DEVICES),
                 default="auto",
                 show_default=True,
-                help="Where to encode, as `pgembed sync`: auto picks a CUDA GPU if one is visible.",
+                help="Where to encode, as `pgembed sync`: auto picks CUDA, then mps, then the CPU.",
             ),
             click.option(
                 "--maintenance-work-mem",

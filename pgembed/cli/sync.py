@@ -62,7 +62,7 @@ from pgembed.sync import store, worker
     type=click.Choice(hardware.DEVICES),
     default="auto",
     show_default=True,
-    help="Where to encode: auto picks a CUDA GPU when one is visible.",
+    help="Where to encode: auto picks a CUDA GPU, else an Apple GPU (mps), else the CPU.",
 )
 @pass_app
 def sync_cmd(

@@ -40,7 +40,7 @@ class Settings:
     query_prefix: str = ""
     document_prefix: str = ""
     precision: str = "fp32"  # fp32, bf16, fp16, int8 or an engine's (engines.VARIANTS)
-    device: str = "cpu"  # a resolved device, cpu or cuda (see hardware.resolve_device)
+    device: str = "cpu"  # a resolved device: cpu, cuda or mps (see hardware.resolve_device)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""What the machine offers the encoder: cores, native bf16, a CUDA GPU."""
+"""What the machine offers the encoder: cores, native bf16, a CUDA GPU, an Apple GPU (MPS)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pgembed.errors import ConfigError, UsageError
 
-DEVICES = ("auto", "cpu", "cuda")
+DEVICES = ("auto", "cpu", "cuda", "mps")
 
 # CPU features that multiply bf16 in hardware (x86: AVX512-BF16, AMX; arm64: the BF16 extension).
 _BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
@@ -89,12 +89,32 @@ def cuda_half() -> str:
     return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
 
 
-def resolve_device(requested: str) -> str:
-    """auto -> cuda when a GPU is visible, else cpu; an explicit cuda without a GPU is an error."""
+def mps_available() -> bool:
+    """An Apple Silicon GPU that torch can use (its Metal backend, device "mps")."""
+    import torch
+
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def choose_device(requested: str, *, cuda: bool, mps: bool) -> str:
+    """The device `requested` (one of DEVICES) means, given which GPUs torch can use: auto is
+    CUDA, then MPS, then the CPU; an explicit GPU that is not there is a one-line error."""
     if requested not in DEVICES:
         raise UsageError(f"invalid device {requested!r}: use {', '.join(DEVICES)}")
     if requested == "auto":
-        return "cuda" if cuda_available() else "cpu"
-    if requested == "cuda" and not cuda_available():
+        return "cuda" if cuda else "mps" if mps else "cpu"
+    if requested == "cuda" and not cuda:
         raise ConfigError("--device cuda: no CUDA GPU is visible to torch on this machine")
+    if requested == "mps" and not mps:
+        raise ConfigError("--device mps: no Apple GPU (MPS) is available to torch on this machine")
     return requested
+
+
+def resolve_device(requested: str) -> str:
+    """choose_device with the GPUs this machine has (looked for only when they matter)."""
+    if requested not in ("auto", "cuda", "mps"):
+        return choose_device(requested, cuda=False, mps=False)  # cpu, or an unknown name's error
+    cuda = requested != "mps" and cuda_available()
+    mps = requested != "cuda" and not cuda and mps_available()
+    return choose_device(requested, cuda=cuda, mps=mps)

@@ -149,8 +149,8 @@ def _rejected(candidate: str, found: Agreement) -> str:
 def auto_candidates(device: str) -> tuple[list[str], str]:
     """What `auto` tries on this device, fastest first (BENCHMARKS.md, "Every precision and
     engine tried"), and why fp32 when it comes to that."""
-    if device == "cuda":
-        half = hardware.cuda_half()
+    if device != "cpu":
+        half = gpu_half(device)
         return [half, "fp32"], f"fp32: the GPU's fastest 16-bit type, {half}, did not pass"
     bf16 = hardware.cpu_has_native_bf16()
     # Native bf16 first: 2.2x torch fp32 through this pipeline on an AMX CPU, against 1.35x
@@ -167,28 +167,37 @@ def auto_candidates(device: str) -> tuple[list[str], str]:
 
 
 def on_device(stored: str, requested: str, device: str) -> str:
-    """The precision an encoder of a model uses on `device`.
+    """The precision an encoder of a model uses on `device` (cpu, cuda or mps).
 
     On a CPU: the catalog's, except fp16 (chosen on a GPU), which CPUs only emulate and which
-    was accepted as agreeing with fp32. On a GPU: the GPU's 16-bit type when the model asked for
-    `auto` (the worker checks it once, see `verified`), an explicit bf16/fp16, else fp32; int8
-    and the onnx engines are CPU-only.
+    was accepted as agreeing with fp32. On a GPU: its 16-bit type (gpu_half) when the model asked
+    for `auto` (the worker checks it once, see `checked`), an explicit bf16/fp16, else fp32; int8
+    (dynamic quantization) and the onnx engines are CPU-only.
     """
-    if device != "cuda":
+    if device == "cpu":
         return "fp32" if stored == "fp16" else stored
     if requested == "auto" or stored in ("bf16", "fp16"):
-        return hardware.cuda_half()
+        return gpu_half(device)
     return "fp32"
+
+
+def gpu_half(device: str) -> str:
+    """The 16-bit type a GPU encodes in: on CUDA the card's best; on an Apple GPU (mps) fp16.
+
+    MPS has computed fp16 since its first torch release, but bf16 only with macOS 14 and a recent
+    torch, and torch offers no way to ask (no is_bf16_supported for mps): fp16 runs on every Mac
+    that has MPS, and is checked against fp32 like CUDA's type (`checked`)."""
+    return hardware.cuda_half() if device == "cuda" else "fp16"
 
 
 @cache
 def checked(settings: Settings) -> Settings:
     """On a GPU, a 16-bit precision is used only if it passes the check there, on the built-in
     sample, once per process; otherwise fp32. Other settings come back unchanged."""
-    if settings.device != "cuda" or settings.precision == "fp32":
+    if settings.device == "cpu" or settings.precision == "fp32":
         return settings
     choice = choose(settings, settings.precision, builtin_sample())
-    log.info("model %s on cuda: %s", settings.model_ref, choice.note)
+    log.info("model %s on %s: %s", settings.model_ref, settings.device, choice.note)
     return replace(settings, precision=choice.precision)
 
 

@@ -22,7 +22,7 @@ def encoder_settings(values: Mapping[str, Any]) -> embedder.Settings:
 
 
 def settings_of(spec: ModelSpec, device: str = "cpu") -> embedder.Settings:
-    """The embedder settings that reproduce this model's vectors on `device` (cpu or cuda)."""
+    """The embedder settings that reproduce this model's vectors on `device` (cpu, cuda or mps)."""
     return embedder.Settings(
         **{name: getattr(spec, name) for name in RECORDED},
         precision=precision.on_device(spec.precision, spec.precision_requested, device),

@@ -209,7 +209,7 @@ class Options:
     lease_seconds: float = defaults.LEASE_SECONDS
     max_attempts: int = defaults.MAX_ATTEMPTS
     build: indexbuild.BuildSettings = field(default_factory=indexbuild.BuildSettings)
-    device: str = "cpu"  # a resolved device, cpu or cuda, for this process's worker
+    device: str = "cpu"  # a resolved device (cpu, cuda or mps) for this process's worker
 
     def __post_init__(self) -> None:
         # A claim of 0 would never finish, a negative one fail every batch: refused up front.

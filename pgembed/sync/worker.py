@@ -59,7 +59,7 @@ class Options:
     once: bool = False
     heartbeat_seconds: float = defaults.HEARTBEAT_SECONDS
     max_backoff_seconds: float = defaults.MAX_BACKOFF_SECONDS
-    device: str = "cpu"  # a resolved device: cpu or cuda
+    device: str = "cpu"  # a resolved device: cpu, cuda or mps
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""Devices and precisions without a model: the CPU's bf16, torch threads, which precision runs
-where, refused precisions, the device a reindex encodes on."""
+"""Devices and precisions without a model: the CPU's bf16, torch threads, which device `--device`
+means for every set of GPUs (no Apple machine needed), which precision runs where, refused
+precisions, the device a reindex encodes on."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from pathlib import Path
 import click
 import pytest
 
+from helpers import run_cli_here
 from pgembed import defaults
 from pgembed.cli import model as cli_model
 from pgembed.cli import reindex as cli_reindex
 from pgembed.encode import convert, hardware, precision
-from pgembed.errors import ConfigError, ModelLoadError
+from pgembed.errors import ConfigError, ModelLoadError, UsageError
 from pgembed.lifecycle import reindex
 
 
@@ -29,12 +31,73 @@ def test_native_bf16_is_what_torch_and_the_kernel_report() -> None:
         assert not hardware.cpu_has_native_bf16()
 
 
+# (cuda visible, mps available) -> what auto, cpu, cuda and mps mean; None: the one-line error.
+CHOICES = {
+    (False, False): {"auto": "cpu", "cpu": "cpu", "cuda": None, "mps": None},
+    (True, False): {"auto": "cuda", "cpu": "cpu", "cuda": "cuda", "mps": None},
+    (False, True): {"auto": "mps", "cpu": "cpu", "cuda": None, "mps": "mps"},
+    (True, True): {"auto": "cuda", "cpu": "cpu", "cuda": "cuda", "mps": "mps"},
+}
+MISSING = {
+    "cuda": "--device cuda: no CUDA GPU is visible to torch on this machine",
+    "mps": "--device mps: no Apple GPU (MPS) is available to torch on this machine",
+}
+
+
+@pytest.mark.parametrize(("cuda", "mps"), list(CHOICES))
+def test_device_choice_for_every_set_of_gpus(cuda: bool, mps: bool) -> None:
+    assert set(CHOICES[cuda, mps]) == set(hardware.DEVICES)
+    for requested, expected in CHOICES[cuda, mps].items():
+        if expected is None:
+            with pytest.raises(ConfigError) as raised:
+                hardware.choose_device(requested, cuda=cuda, mps=mps)
+            assert str(raised.value) == MISSING[requested]
+        else:
+            assert hardware.choose_device(requested, cuda=cuda, mps=mps) == expected
+    with pytest.raises(UsageError, match=r"invalid device 'tpu': use auto, cpu, cuda, mps"):
+        hardware.choose_device("tpu", cuda=cuda, mps=mps)
+
+
+def test_resolve_device_asks_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    for cuda, mps in CHOICES:
+        monkeypatch.setattr(hardware, "cuda_available", lambda cuda=cuda: cuda)
+        monkeypatch.setattr(hardware, "mps_available", lambda mps=mps: mps)
+        for requested, expected in CHOICES[cuda, mps].items():
+            if expected is not None:
+                assert hardware.resolve_device(requested) == expected
+
+
+def test_mps_without_an_apple_gpu_is_one_line() -> None:
+    """This machine (Linux) has no MPS: the real check says so, and the CLI stops in one line
+    before it connects anywhere."""
+    assert not hardware.mps_available()
+    url = "postgresql://nobody@localhost:1/none"
+    for command in (["sync", "--once"], ["reindex", "m"]):
+        result = run_cli_here("--database-url", url, *command, "--device", "mps")
+        assert result.returncode == 1
+        assert result.stderr == f"pgembed: error: {MISSING['mps']}\n"
+
+
 def test_precision_on_each_device() -> None:
     assert precision.on_device("bf16", "auto", "cpu") == "bf16"
     assert precision.on_device("int8", "int8", "cpu") == "int8"
     assert precision.on_device("fp16", "auto", "cpu") == "fp32"  # CPUs only emulate fp16
     assert precision.on_device("fp32", "fp32", "cuda") == "fp32"
     assert precision.on_device("int8", "int8", "cuda") == "fp32"  # dynamic int8 is CPU-only
+    # An Apple GPU: fp16 for auto and either 16-bit type; int8 and the onnx engines are CPU-only.
+    for stored, requested in (
+        ("bf16", "auto"),
+        ("fp32", "auto"),
+        ("bf16", "bf16"),
+        ("fp16", "fp16"),
+    ):
+        assert precision.on_device(stored, requested, "mps") == "fp16"
+    for stored in ("fp32", "int8", "onnx-int8-token", "onnx-fp32"):
+        assert precision.on_device(stored, stored, "mps") == "fp32"
+    assert precision.auto_candidates("mps")[0] == ["fp16", "fp32"]
+    assert defaults.batch_size("mps") == defaults.batch_size("cuda") == defaults.GPU_BATCH_SIZE
+    assert defaults.claim_size("mps") == defaults.claim_size("cuda") == defaults.GPU_CLAIM_SIZE
+    assert defaults.claim_size("cpu") == defaults.CPU_CLAIM_SIZE
 
 
 def test_worker_uses_one_torch_thread_per_core_it_is_given_unless_told() -> None:
