@@ -62,7 +62,7 @@ def db_url(app: App, show_password: bool) -> None:
 @click.argument("psql_args", nargs=-1, type=click.UNPROCESSED, metavar="[PSQL ARGS]...")
 @pass_app
 def db_psql(app: App, psql_args: tuple[str, ...]) -> None:
-    """Open psql on the database; the arguments go to psql, e.g. `pgembed db psql -c 'select 1'`.
+    """Open psql on the database; the arguments go to psql (`pgembed db psql -c 'select 1'`).
 
     Exits with psql's code. The embedded server stays up while psql runs. `--database-url` may
     stand anywhere (psql has no such option); `pgembed db psql -- --help` shows psql's help."""

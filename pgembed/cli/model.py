@@ -19,7 +19,8 @@ from pgembed.lifecycle import altertable, indexbuild, models, reindex
 
 @click.group("model")
 def model_group() -> None:
-    """Add, list and remove models (one vector column and HNSW index each)."""
+    """Add, alter, list and remove models (one vector column and HNSW index each) and their
+    full-text indexes (for --hybrid)."""
 
 
 @model_group.command("add")
@@ -150,11 +151,12 @@ def model_alter(app: App, /, name: str, no_wait: bool, **kw: Any) -> None:
 @click.argument("statement")
 @pass_app
 def alter_table_cmd(app: App, table: str, statement: str) -> None:
-    """Run STATEMENT (e.g. ALTER TABLE ... ALTER COLUMN ... TYPE) with the capture triggers of
-    TABLE's models lifted around it, in one transaction; the vectors stay.
+    """Run STATEMENT with the capture triggers of TABLE's models lifted around it, in one
+    transaction; the vectors stay.
 
-    PostgreSQL refuses to change the type of a column a trigger names (a model's key and text
-    columns). Rows whose text the statement changes are embedded again."""
+    For a statement such as ALTER TABLE ... ALTER COLUMN ... TYPE: PostgreSQL refuses to change
+    the type of a column a trigger names (a model's key and text columns). Rows whose text the
+    statement changes are embedded again."""
     with app.connect() as conn:
         done = altertable.alter_table(conn, table, statement, on_wait=_say_waiting)
     click.echo(

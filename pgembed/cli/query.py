@@ -23,7 +23,14 @@ _MESSAGES = {
 @click.argument("text", required=False)
 @click.option("--model", "model_name", required=True, help="The model to search with.")
 @click.option("-k", "k", type=click.IntRange(1, planner.MAX_K), default=10, show_default=True)
-@click.option("--filter", "filter_json", metavar="JSON", help='Only rows matching {"col": value}.')
+@click.option(
+    "--filter",
+    "filter_json",
+    metavar="JSON",
+    help='Only rows matching {"col": value, ...}; a value may be {"$OP": value} with $OP one '
+    "of $eq, $ne, $gt, $gte, $lt, $lte or $in (a list); conditions are ANDed. See docs/search.md "
+    '"Filters".',
+)
 @click.option("--similar-to", metavar="KEY", help="Rows like this row (instead of TEXT).")
 @click.option("--hybrid", is_flag=True, help="Fuse with a full-text ranking of TEXT.")
 @click.option("--ef-search", type=click.IntRange(1, 1000), help="hnsw.ef_search for this query.")
