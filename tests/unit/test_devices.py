@@ -32,7 +32,7 @@ def test_native_bf16_is_what_torch_and_the_kernel_report() -> None:
 
 
 # (cuda visible, mps available) -> what auto, cpu, cuda and mps mean; None: the one-line error.
-CHOICES = {
+CHOICES: dict[tuple[bool, bool], dict[str, str | None]] = {
     (False, False): {"auto": "cpu", "cpu": "cpu", "cuda": None, "mps": None},
     (True, False): {"auto": "cuda", "cpu": "cpu", "cuda": "cuda", "mps": None},
     (False, True): {"auto": "mps", "cpu": "cpu", "cuda": None, "mps": "mps"},
@@ -68,14 +68,17 @@ def test_resolve_device_asks_this_machine(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_mps_without_an_apple_gpu_is_one_line() -> None:
-    """This machine (Linux) has no MPS: the real check says so, and the CLI stops in one line
-    before it connects anywhere."""
+    """This machine (Linux) has no MPS: the real check says so; `sync` stops in one line before
+    it connects anywhere, and a reindex's fill options (read once connected) say the same."""
     assert not hardware.mps_available()
     url = "postgresql://nobody@localhost:1/none"
-    for command in (["sync", "--once"], ["reindex", "m"]):
-        result = run_cli_here("--database-url", url, *command, "--device", "mps")
-        assert result.returncode == 1
-        assert result.stderr == f"pgembed: error: {MISSING['mps']}\n"
+    result = run_cli_here("--database-url", url, "sync", "--once", "--device", "mps")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == f"pgembed: error: {MISSING['mps']}\n"
+    for command, args in ((cli_reindex.reindex_cmd, ["m"]), (cli_model.model_alter, ["m"])):
+        with pytest.raises(ConfigError) as raised:
+            _fill_options(command, [*args, "--device", "mps"])
+        assert str(raised.value) == MISSING["mps"]
 
 
 def test_precision_on_each_device() -> None:
