@@ -46,6 +46,35 @@ def _report(conn: psycopg.Connection, as_json: bool, exact: bool) -> str:
     return json.dumps(report, indent=2) if as_json else _status_text(conn, report)
 
 
+def _no_worker_text(m: dict[str, Any]) -> str:
+    """Rows wait and no live worker serves the model: since when one was last seen, by the
+    trace pgembed keeps (its heartbeat, or the model's last batch), else the oldest row's wait."""
+    idle = m.get("no_live_worker")
+    if not idle:
+        return ""
+    seconds = idle["last_seen_seconds"]
+    if seconds is not None:
+        by = "heartbeat" if idle["last_seen_by"] == "heartbeat" else "batch written"
+        since = f"a worker last seen {_ago(seconds)} ago (its last {by})"
+    else:
+        since = f"no worker on record, rows waiting up to {_ago(m['lag_seconds'])}"
+    return (
+        f"  no sync worker is running: {m['queued']:,} rows queued, {since}; "
+        "start one: `pgembed sync`\n"
+    )
+
+
+def _ago(seconds: float) -> str:
+    """A duration as a person says it: 45 s, 21 min, 5 h, 3 days."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} days"
+
+
 def _chunks_text(m: dict[str, Any]) -> str:
     """A chunked model's windows: chunks and rows, and how many windows a row has on average;
     for a model that truncates rows, how to embed all of their text."""
@@ -99,6 +128,7 @@ def _status_text(conn: psycopg.Connection, report: list[dict[str, Any]]) -> str:
             f"  embedded {_n(m, 'rows_embedded')}/{_n(m, 'rows_total')}  queued {m['queued']}  "
             f"lag {m['lag_seconds']:.1f}s  failed {m['failed']}  truncated {m['truncated']}  "
             f"{m['rows_per_second']:.1f} rows/s  workers {len(m['workers'])}\n"
+            + _no_worker_text(m)
             + _chunks_text(m)
             + _index_text(m)
             + _estimate_text(m)

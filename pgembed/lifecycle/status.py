@@ -25,7 +25,12 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec, exact: bool = False)
             or {}
         )
         live = {"live": defaults.LIVE_WORKER_SECONDS}
-        workers = cur.execute(sqlfiles.get("lifecycle", "live_workers"), live).fetchall()
+        workers = [
+            w
+            for w in cur.execute(sqlfiles.get("lifecycle", "live_workers"), live).fetchall()
+            if spec.name in w["models"]
+        ]
+        idle = _no_live_worker(cur, spec.name) if stats.get("queued") and not workers else None
     rows = None if problem else counts.rows(conn, spec, exact)
     chunks, chunks_exact = (None, True) if problem else _chunks(conn, spec, exact)
     index = None if problem else _index(conn, spec)
@@ -77,8 +82,22 @@ def model_status(conn: psycopg.Connection, spec: ModelSpec, exact: bool = False)
                 "models": w["models"],
             }
             for w in workers
-            if spec.name in w["models"]
         ],
+        # Keys wait and no live worker serves the model: when one was last seen, else None.
+        "no_live_worker": idle,
+    }
+
+
+def _no_live_worker(cur: psycopg.Cursor[dict[str, Any]], model: str) -> dict[str, Any]:
+    """When a worker of `model` was last seen, and by what: its last heartbeat, or the model's
+    last batch (a worker that stopped cleanly removes its heartbeat); all None when neither is
+    left (running workers prune heartbeats after a day, batches after an hour)."""
+    seen = cur.execute(sqlfiles.get("lifecycle", "last_worker_seen"), {"model": model}).fetchone()
+    at = seen["seen_at"] if seen else None
+    return {
+        "last_seen": at.isoformat() if at else None,
+        "last_seen_seconds": round(seen["seen_seconds"], 3) if seen and at else None,
+        "last_seen_by": seen["seen_by"] if seen else None,
     }
 
 

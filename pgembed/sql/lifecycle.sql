@@ -33,6 +33,22 @@ WHERE heartbeat_at > pg_catalog.now() - pg_catalog.make_interval(secs => %(live)
               WHERE a.application_name = 'pgembed worker ' || pg_catalog.right(w.id, 8))
 ORDER BY started_at;
 
+-- name: last_worker_seen
+-- status, when keys wait and no live worker serves the model: the newest trace of one, a
+-- worker's last heartbeat (pruned after a day; a clean stop removes it at once) or the
+-- model's last written batch (pruned after an hour); NULL when neither remains.
+WITH seen AS (
+    SELECT (SELECT pg_catalog.max(heartbeat_at) FROM pgembed.workers
+            WHERE %(model)s = ANY (models)) AS heartbeat,
+           (SELECT pg_catalog.max(finished_at) FROM pgembed.batches
+            WHERE model = %(model)s) AS batch
+)
+SELECT CASE WHEN heartbeat IS NULL AND batch IS NULL THEN NULL
+            WHEN batch IS NULL OR heartbeat >= batch THEN 'heartbeat' ELSE 'batch' END AS seen_by,
+       greatest(heartbeat, batch) AS seen_at,
+       extract(epoch FROM pg_catalog.now() - greatest(heartbeat, batch))::float AS seen_seconds
+FROM seen;
+
 -- name: recent_failures
 -- status: the newest failures, for `pgembed retry`.
 SELECT model, key, attempts, error, failed_at FROM pgembed.failures
