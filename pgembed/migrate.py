@@ -237,11 +237,36 @@ def _vector_schema(conn: psycopg.Connection) -> str:
     usually): migrations then run with search_path = pg_catalog, that schema, pg_temp."""
     schema = db.vector_schema(conn)
     if schema is None:
-        with conn.transaction():
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        try:
+            with conn.transaction():
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        except psycopg.errors.InsufficientPrivilege:
+            raise DatabaseError(_who_creates_vector(conn)) from None
         schema = db.vector_schema(conn)
     assert schema is not None
+    where = conn.execute(sqlfiles.get("migrate", "vector_usable"), {"schema": schema}).fetchone()
+    if where is not None and not where[0]:
+        raise DatabaseError(
+            f"pgvector is installed in schema {where[1]}, which role {where[2]} may not use: "
+            f"have its owner run `GRANT USAGE ON SCHEMA {where[1]} TO {where[2]};`, "
+            "then run `pgembed migrate` again"
+        )
     return schema
+
+
+def _who_creates_vector(conn: psycopg.Connection) -> str:
+    """Who must create pgvector, which only a superuser may (it is not a trusted extension), and
+    what managed services call that step; one line."""
+    row = conn.execute(sqlfiles.get("migrate", "whoami")).fetchone()
+    database, role = row if row else ("this database", "this role")
+    return (
+        f"the vector extension is not installed in database {database}, and role {role} may not "
+        f"create it (pgvector needs a superuser): have a superuser run `CREATE EXTENSION vector;` "
+        f"in database {database} (on Amazon RDS or Cloud SQL the admin role may; Azure Database "
+        "for PostgreSQL first needs vector in its azure.extensions server parameter; Supabase: "
+        "enable vector under Database, Extensions; Neon: run it in the SQL Editor), then run "
+        "`pgembed migrate` again"
+    )
 
 
 def _refuse_shadows(conn: psycopg.Connection, schema: str) -> None:

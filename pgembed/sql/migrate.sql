@@ -29,6 +29,17 @@ SELECT pg_catalog.pg_advisory_unlock(%(key)s);
 -- name: vector_available
 SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_available_extensions WHERE name = 'vector');
 
+-- name: whoami
+-- Named in what migrate asks of someone else: quoted where an identifier needs it.
+SELECT pg_catalog.quote_ident(pg_catalog.current_database()),
+       pg_catalog.quote_ident(CURRENT_USER::text);
+
+-- name: vector_usable
+-- Whether this role may use pgvector's schema (a migration's search_path names it, and a schema
+-- without USAGE is left out of it silently); the schema and role, quoted, to say the GRANT.
+SELECT pg_catalog.has_schema_privilege(%(schema)s::text, 'USAGE'),
+       pg_catalog.quote_ident(%(schema)s::text), pg_catalog.quote_ident(CURRENT_USER::text);
+
 -- name: pin
 -- A migration's own search_path: pg_catalog, then pgvector's schema (its type and operators).
 SELECT pg_catalog.set_config('search_path',

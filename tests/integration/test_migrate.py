@@ -5,8 +5,10 @@ import threading
 from pathlib import Path
 
 import pytest
+from psycopg import sql
+from roles_helpers import as_role, role_maker
 
-from helpers import cli
+from helpers import cli, database, database_name
 from pgembed import db, migrate
 from pgembed.errors import SchemaError
 
@@ -97,6 +99,55 @@ def test_server_without_vector_gets_clear_error(empty_db_url: str) -> None:
         conn.execute("SET extension_control_path = '/nonexistent'")
         with pytest.raises(Exception, match="no `vector` extension available"):
             migrate.migrate(conn)
+
+
+def test_a_role_that_may_not_create_vector_is_told_who_must(server_url: str) -> None:
+    """pgvector is no trusted extension: a database owner that is no superuser cannot create it.
+    migrate says in one line who must run what, where, and what managed services call it; then
+    of a pgvector whose schema (not on the search_path) this role may not use, the GRANT."""
+    with role_maker(server_url) as make_role, database(server_url, "e") as url:
+        deployer = make_role("deployer", "CREATEDB")  # no superuser
+        name = database_name(url)
+        with db.connection(url) as conn:
+            assert conn.execute(
+                "SELECT count(*) FROM pg_extension WHERE extname = 'vector'"
+            ).fetchone() == (0,)  # not in the template either
+            conn.execute(
+                sql.SQL("ALTER DATABASE {} OWNER TO {}").format(
+                    sql.Identifier(name), sql.Identifier(deployer)
+                )
+            )
+        as_deployer = as_role(url, deployer)
+
+        refused = cli("--database-url", as_deployer, "migrate")
+        assert refused.exit_code == 1, refused.output
+        assert refused.output.strip().splitlines() == [
+            f"pgembed: error: the vector extension is not installed in database {name}, and role "
+            f"{deployer} may not create it (pgvector needs a superuser): have a superuser run "
+            f"`CREATE EXTENSION vector;` in database {name} (on Amazon RDS or Cloud SQL the admin "
+            "role may; Azure Database for PostgreSQL first needs vector in its azure.extensions "
+            "server parameter; Supabase: enable vector under Database, Extensions; Neon: run it "
+            "in the SQL Editor), then run `pgembed migrate` again"
+        ]
+        with db.connection(url) as conn:
+            assert conn.execute("SELECT to_regnamespace('pgembed')").fetchone() == (None,)
+            # A superuser puts it in a schema of its own, off the search_path, without USAGE
+            conn.execute("CREATE SCHEMA vectors")
+            conn.execute("CREATE EXTENSION vector SCHEMA vectors")
+        unusable = cli("--database-url", as_deployer, "migrate")
+        assert unusable.exit_code == 1, unusable.output
+        assert unusable.output.strip().splitlines() == [
+            f"pgembed: error: pgvector is installed in schema vectors, which role {deployer} may "
+            f"not use: have its owner run `GRANT USAGE ON SCHEMA vectors TO {deployer};`, then "
+            "run `pgembed migrate` again"
+        ]
+        with db.connection(url) as conn:
+            conn.execute(
+                sql.SQL("GRANT USAGE ON SCHEMA vectors TO {}").format(sql.Identifier(deployer))
+            )
+        done = cli("--database-url", as_deployer, "migrate")  # off the search_path: found
+        assert done.exit_code == 0, done.output
+        assert "applied 0001_schema.sql" in done.output
 
 
 # A model as pgembed 0.1 (migrations 0001-0006) made it: its catalog row and its four triggers.
