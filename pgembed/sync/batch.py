@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import psycopg
@@ -43,6 +45,23 @@ WRITE_LOCK_TIMEOUT = "500ms"
 WRITE_SLICE_SECONDS = 0.2
 FIRST_SLICE_ROWS = 32
 MIN_SLICE_ROWS = 8
+
+
+# SQLSTATE classes of a write's error that say nothing of its rows: the server or the session
+# (a broken connection, a lock or deadlock, a cancel, a shutdown, no resources, an internal
+# error). Any other error of the statement that writes the user's table is taken for a refusal
+# by the table's own code (its triggers, rules, constraints, policies; or pgembed's writer as
+# its owner): Refused.
+_NOT_REFUSALS = ("08", "25", "40", "53", "55", "57", "58", "F0", "XX")
+
+
+class Refused(Exception):
+    """The write of a slice's vectors failed, most likely for its rows (see _NOT_REFUSALS): the
+    slice is bisected until the refused rows are alone, and each of those fails an attempt."""
+
+    def __init__(self, error: psycopg.Error) -> None:
+        super().__init__(db.first_line(error))
+        self.error = error
 
 
 class ModelChanged(Exception):
@@ -158,7 +177,12 @@ def write_back(
     postpone (Leases.no_renewal).
 
     The rows are written in slices, each its own transaction (WRITE_SLICE_SECONDS): a lock wait
-    gives back the slice it stopped and the ones after it; the slices before stay written."""
+    gives back the slice it stopped and the ones after it; the slices before stay written.
+
+    A slice whose write the table's own code refuses (a trigger that raises, a constraint, or
+    pgembed's writer as the owner: Refused) is bisected until each refused row is alone; that
+    row fails an attempt like a row the model fails on (its error kept, to pgembed.failures
+    after max_attempts), and the rows beside it are written."""
     leases = leases if leases is not None else Leases()
     done = _Progress()
     rows = Rows.of(result)
@@ -185,7 +209,7 @@ def write_back(
             claimed,
             len(claimed.claims),
             done.written,
-            len(rows.failed),
+            len(rows.failed) + done.refused,
             postponed=done.postponed + postponed,
             postponed_keys=frozenset(done.postponed_keys | {c.key for c in left}),
         )
@@ -198,7 +222,8 @@ class _Progress:
     written: int = 0
     postponed: int = 0
     held: int = 0
-    settled: set[str] = field(default_factory=set)  # keys completed or postponed
+    refused: int = 0  # keys whose write the table's own code refused (Refused): attempts failed
+    settled: set[str] = field(default_factory=set)  # keys completed, postponed or refused
     postponed_keys: set[str] = field(default_factory=set)
 
     def add(self, slice_: _Written) -> None:
@@ -225,7 +250,7 @@ def _write_back(
     while pending:
         part, pending = pending[:size], pending[size:]
         started = time.monotonic()
-        _write_slice(
+        _write_part(
             conn, claimed, part, rows, config, seconds * len(part) / len(claims), leases, done
         )
         per_row = (time.monotonic() - started) / len(part)
@@ -235,7 +260,7 @@ def _write_back(
         claimed,
         len(claims),
         done.written,
-        len(result.failed),
+        len(result.failed) + done.refused,
         postponed=done.postponed,
         postponed_keys=frozenset(done.postponed_keys),
     )
@@ -332,6 +357,70 @@ class _Written:
     postponed: int
 
 
+def _write_part(
+    conn: psycopg.Connection,
+    claimed: Claimed,
+    part: list[Claim],
+    rows: Rows,
+    config: BatchConfig,
+    seconds: float,
+    leases: Leases,
+    done: _Progress,
+) -> None:
+    """_write_slice; a slice the table's own code refused (its transaction rolled back) is
+    written again in halves, down to the refused rows alone: each of those fails an attempt in
+    a transaction of its own (_refuse). A row refused alone while the table itself cannot be
+    synced (gone, altered, a right revoked: trust.broken) is no row's fault: the error is
+    raised, and the worker skips the model as for any batch failure."""
+    try:
+        _write_slice(conn, claimed, part, rows, config, seconds, leases, done)
+    except Refused as exc:
+        if len(part) > 1:
+            middle = len(part) // 2
+            for half in (part[:middle], part[middle:]):
+                share = seconds * len(half) / len(part)
+                _write_part(conn, claimed, half, rows, config, share, leases, done)
+            return
+        if trust.broken(conn, claimed.spec) is not None:
+            raise exc.error from None
+        _refuse(conn, claimed.spec, part[0], str(exc), config, done)
+
+
+def _refuse(
+    conn: psycopg.Connection,
+    spec: ModelSpec,
+    claim: Claim,
+    message: str,
+    config: BatchConfig,
+    done: _Progress,
+) -> None:
+    """A key whose write the table's own code refused: a failed attempt, with the refusal."""
+    moved = store.fail(conn, spec.name, claim, f"write refused: {message}", config.max_attempts)
+    done.refused += 1
+    done.settled.add(claim.key)
+    log.warning(
+        "model=%s key=%s write refused%s: %s",
+        spec.name,
+        claim.key,
+        " (moved to failures)" if moved else ", will retry",
+        message,
+    )
+
+
+@contextmanager
+def _refusals() -> Iterator[None]:
+    """An error of the statement inside that may be its rows' (see _NOT_REFUSALS) is Refused."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        state = exc.sqlstate
+        if isinstance(exc, psycopg.OperationalError) or state is None:
+            raise
+        if state[:2] in _NOT_REFUSALS:
+            raise
+        raise Refused(exc) from exc
+
+
 def _write_slice(
     conn: psycopg.Connection,
     claimed: Claimed,
@@ -364,7 +453,7 @@ def _write_slice(
         if owner is not None:
             store.clean_session(conn)
     if outcome is None:
-        earlier = _result(claimed, len(done.settled), done.written, 0, done.postponed)
+        earlier = _result(claimed, len(done.settled), done.written, done.refused, done.postponed)
         raise ModelChanged(
             "changed since this worker read the catalog: batch given back",
             earlier if earlier.claimed else None,
@@ -389,7 +478,8 @@ def _apply_slice(
     plan = plan_slice(part, rows, locking, store.lock(conn, spec, *locking))
     vectors = rows.matrix[plan.positions]
     if owner is None:
-        written = store.write(conn, spec, plan.keys, plan.md5s, vectors)
+        with _refusals():  # the table's triggers, rules and constraints run in this statement
+            written = store.write(conn, spec, plan.keys, plan.md5s, vectors)
     else:
         written = set(plan.keys)  # or none: write_as_owner fails the transaction
     if spec.chunked:
@@ -399,7 +489,8 @@ def _apply_slice(
     truncated = written & set(rows.result.truncated)
     store.account(conn, spec.name, config.worker_id, list(written), list(truncated), seconds)
     if owner is not None:
-        store.write_as_owner(conn, spec, owner, plan.keys, plan.md5s, vectors)
+        with _refusals():
+            store.write_as_owner(conn, spec, owner, plan.keys, plan.md5s, vectors)
     return _Written(plan, len(written), postponed)
 
 

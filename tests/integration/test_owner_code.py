@@ -8,6 +8,7 @@ Roles are cluster-wide: each test makes its own (make_role) and drops them after
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterator
 
@@ -17,6 +18,7 @@ from psycopg import sql
 from roles_helpers import as_role, role_maker
 
 import pgembed
+from helpers import cli, make_due, run_cli_here
 from pgembed import db, roles
 from pgembed.errors import UsageError
 from pgembed.lifecycle import models
@@ -240,16 +242,19 @@ def _owners_docs(db_url: str, make_role: Callable[..., str], code: str) -> str:
 
 
 def _refused(db_url: str, owner: str, caplog: pytest.LogCaptureFixture, why: str) -> set[str]:
-    """Sync as a superuser: nothing written (the batch failed saying `why`), the owner
-    powerless, the 7 keys still queued. The roles the owner's code ran as."""
-    with caplog.at_level(logging.ERROR, logger="pgembed.sync"):
+    """Sync as a superuser: nothing written (each key's write refused saying `why`), the owner
+    powerless, the 7 keys queued for a retry, each with an attempt and `why` counted (not left
+    leased). The roles the owner's code ran as."""
+    with caplog.at_level(logging.WARNING, logger="pgembed.sync"):
         stats = _sync(db_url)
     assert f"as its owner {owner}" in caplog.text and why in caplog.text, caplog.text
     with db.connection(db_url) as conn:
         assert not superuser(conn, owner)
         ran = {by for (by,) in conn.execute("SELECT DISTINCT by_role FROM public.ran")}
         assert ran <= {owner}, ran
-        assert _embedded(conn) == 0 and stats.written == 0
+        assert _embedded(conn) == 0 and stats.written == 0 and stats.failed == 7
+        queued = conn.execute("SELECT attempts, last_error, claimed_by FROM pgembed.queue")
+        assert [(a, why in e, c) for a, e, c in queued] == [(1, True, None)] * 7
     (report,) = pgembed.status(database_url=db_url)
     assert report["queued"] == 7
     return ran
@@ -336,3 +341,60 @@ def test_a_daemon_without_temp_leaves_the_table_queued_and_says_why(
     report = {m["name"]: m for m in pgembed.status(database_url=daemon_url)}
     assert f"GRANT TEMPORARY ON DATABASE ... TO {daemon}" in report["minilm"]["broken"]
     assert report["minilm"]["queued"] == 7
+
+
+# The owner's trigger refuses a vector for rows 3 and 6, and lets the others through.
+_REFUSE_SOME = (
+    "CREATE FUNCTION public.refuse() RETURNS trigger LANGUAGE plpgsql AS "
+    "$$BEGIN IF NEW.id % 3 = 0 AND NEW.embedding_minilm IS NOT NULL THEN "
+    "RAISE EXCEPTION 'row % may have no vector', NEW.id; END IF; RETURN NEW; END$$; "
+    "CREATE TRIGGER refuse BEFORE UPDATE ON public.docs FOR EACH ROW "
+    "EXECUTE FUNCTION public.refuse();"
+)
+
+
+@pytest.mark.parametrize("owned_by", ["another role", "the syncer"])
+def test_rows_the_owners_trigger_refuses_fail_alone_then_move_to_failures(
+    db_url: str, make_role: Callable[..., str], owned_by: str
+) -> None:
+    """A write the table's own code refuses is a failure like the model's: bisected down to the
+    refused rows (the others written), counted in attempts with the trigger's message, moved to
+    pgembed.failures after --max-attempts, said by `sync --once` and `status`; its keys never
+    left leased as if their worker had died. As the owner (another role) and as the syncer."""
+    if owned_by == "another role":
+        _owners_docs(db_url, make_role, _REFUSE_SOME)
+    else:
+        with db.connection(db_url) as conn:
+            conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
+            models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+            conn.execute(
+                f"{_REFUSE_SOME} INSERT INTO public.docs "
+                "SELECT g, 'review ' || g FROM generate_series(1, 7) g"
+            )
+    sync = ("--database-url", db_url, "sync", "--once", "--claim-size", "4", "--max-attempts", "2")
+    first = run_cli_here(*sync)
+    assert first.returncode == 0, first.stderr
+    assert "5 written, 0 skipped, 2 failed" in first.stdout, first.stdout
+    assert "2 rows wait for a retry after a failure" in first.stdout
+    assert "leased by a worker that stopped" not in first.stdout
+    with db.connection(db_url) as conn:
+        assert _embedded(conn) == 5
+        queued = conn.execute(
+            "SELECT key, attempts, claimed_by, last_error FROM pgembed.queue ORDER BY key"
+        ).fetchall()
+        assert [(k, a, c) for k, a, c, _ in queued] == [("3", 1, None), ("6", 1, None)]
+        assert all(f"row {k} may have no vector" in e for k, _, _, e in queued), queued
+        assert make_due(conn) == 2  # the retry's backoff over
+    second = run_cli_here(*sync)
+    assert "0 written, 0 skipped, 2 failed" in second.stdout, second.stdout
+    assert "leased by a worker that stopped" not in second.stdout
+    with db.connection(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM pgembed.queue").fetchone() == (0,)
+        failures = conn.execute(
+            "SELECT key, attempts, error FROM pgembed.failures ORDER BY key"
+        ).fetchall()
+        assert [(k, a) for k, a, _ in failures] == [("3", 2), ("6", 2)]
+        assert all(f"row {k} may have no vector" in e for k, _, e in failures), failures
+        assert _embedded(conn) == 5
+    (report,) = json.loads(cli("--database-url", db_url, "status", "--json").output)
+    assert report["failed"] == 2 and report["queued"] == 0 and report["rows_embedded"] == 5
