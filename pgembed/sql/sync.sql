@@ -161,6 +161,14 @@ DELETE FROM pgembed.workers WHERE id = %(worker)s;
 UPDATE pgembed.queue SET next_attempt_at = pg_catalog.now(), claimed_by = NULL
 WHERE claimed_by = %(worker)s;
 
+-- name: has_ready
+-- Whether a model has a key ready to claim, or one captured in the inbox: a worker loads a
+-- model only then (worker.py `load_ready`). Reads queue_ready_idx up to its first entry, and the
+-- inbox (no index: each claim empties it into the queue) up to its first entry of the model.
+SELECT EXISTS (SELECT FROM pgembed.queue
+               WHERE model = %(model)s AND next_attempt_at <= pg_catalog.now())
+    OR EXISTS (SELECT FROM pgembed.inbox WHERE model = %(model)s);
+
 -- name: queued_count
 -- Keys waiting in the queue or, captured but not yet moved, in the inbox: one count of each (a
 -- key inserted again before it was moved counts twice until it is), not a de-duplication of

@@ -16,7 +16,7 @@ import psycopg
 from pgembed import db
 from pgembed.catalog import registry, trust
 from pgembed.catalog.registry import ModelSpec
-from pgembed.encode import embedder
+from pgembed.encode import embedder, hardware
 from pgembed.encode.settings import runtime_settings
 from pgembed.sync import store
 from pgembed.sync.isolate import Embedded, embed_rows
@@ -151,6 +151,7 @@ def embed(claimed: Claimed, config: BatchConfig, cache: VectorCache | None = Non
     if not rest:  # every row's vector was cached: the model need not even be loaded
         return found
     settings = runtime_settings(claimed.spec, config.device)
+    hardware.use_all_cores()  # once per process: the worker's load_ready has, unless keys came late
     return embed_rows(embedder.get(settings), rest, claimed.spec.windows).joined(found)
 
 

@@ -379,6 +379,12 @@ def retry_failures(conn: psycopg.Connection, models: Sequence[str]) -> int:
     return count.rowcount
 
 
+def has_ready(conn: psycopg.Connection, model: str) -> bool:
+    """Whether the model has a key to claim now, or captured but not yet moved to the queue."""
+    row = conn.execute(sqlfiles.get("sync", "has_ready"), {"model": model}).fetchone()
+    return bool(row and row[0])
+
+
 def queued_count(conn: psycopg.Connection, models: Sequence[str]) -> int:
     """Keys waiting in the queue or, captured but not yet moved, in the inbox."""
     row = conn.execute(sqlfiles.get("sync", "queued_count"), {"models": list(models)}).fetchone()

@@ -4,7 +4,9 @@ A NOTIFY only wakes the loop; the SKIP LOCKED claim is the source of truth, so a
 notification costs latency, never data. Once the worker has reached its database, a dropped
 connection or a restarted server at any moment (model load included) is logged and reconnected
 with backoff; only faults that will not heal (authentication, schema) end the worker. A model
-whose table or column is gone is skipped, said once, and served again when it is back.
+whose table or column is gone is skipped, said once, and served again when it is back. A model
+is loaded when it first has keys ready, before they are claimed: a `sync --once` with nothing
+queued loads none.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pgembed import db, defaults, migrate
 from pgembed.catalog import registry, trust
 from pgembed.catalog.registry import ModelSpec
 from pgembed.encode import embedder, hardware
-from pgembed.encode.settings import runtime_settings
+from pgembed.encode.settings import runtime_settings, settings_of
 from pgembed.errors import ConfigError, DatabaseError, NotFoundError
 from pgembed.sync import store
 from pgembed.sync.batch import BatchConfig, BatchResult
@@ -117,6 +119,7 @@ class Worker:
             self.id, options.claim_size, options.lease_seconds, options.max_attempts, options.device
         )
         self._cache = VectorCache()  # held rows' vectors, across drains
+        self._loaded: set[embedder.Settings] = set()  # the models this worker has loaded
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -133,7 +136,6 @@ class Worker:
         not hang); afterwards the worker rides out restarts and dropped connections with
         backoff, whenever they come: during its startup and model load too.
         """
-        hardware.use_all_cores()
         while not self.stop_event.is_set():
             try:
                 self._session()
@@ -194,6 +196,7 @@ class Worker:
         self, conn: psycopg.Connection, listener: psycopg.Connection, renewer: LeaseRenewer
     ) -> None:
         specs = self.models(conn, strict=not self._started)
+        self.load_ready(conn, specs)  # before the first heartbeat, as ever
         renewer.start(_names(specs))
         self._started = True
         while not self.stop_event.is_set():
@@ -211,12 +214,13 @@ class Worker:
 
     def _reread(self, conn: psycopg.Connection, renewer: LeaseRenewer) -> list[ModelSpec]:
         specs = self.models(conn)
+        self.load_ready(conn, specs)
         renewer.serve(_names(specs))
         return specs
 
     def models(self, conn: psycopg.Connection, strict: bool = False) -> list[ModelSpec]:
-        """The models to serve, loaded before any claim so no lease ticks while a model loads;
-        a model whose table cannot be served is left out (see `_servable`)."""
+        """The models to serve; a model whose table cannot be served is left out (see
+        `_servable`). None is loaded here: see `load_ready`."""
         if not self.options.models:
             specs = registry.all_models(conn)
         else:
@@ -228,10 +232,22 @@ class Worker:
                     if strict:
                         raise
                     log.warning("model %s no longer exists; skipping it", name)
-        specs = [spec for spec in specs if self._servable(conn, spec)]
+        return [spec for spec in specs if self._servable(conn, spec)]
+
+    def load_ready(self, conn: psycopg.Connection, specs: Sequence[ModelSpec]) -> None:
+        """Load the model of each spec that has keys ready and is not loaded yet: before its
+        keys are claimed, so a load (seconds) delays no lease, and only when there is work, so
+        a `sync --once` with nothing queued loads no model. One EXISTS per model not loaded
+        yet; a model whose keys come in after this check is loaded by its first batch
+        (batch.embed), its lease renewed meanwhile (leases.py)."""
         for spec in specs:
+            wanted = settings_of(spec, self.options.device)
+            if wanted in self._loaded or not store.has_ready(conn, spec.name):
+                continue
+            log.debug("model=%s loading %s", spec.name, wanted.model_ref)
+            hardware.use_all_cores()
             embedder.get(runtime_settings(spec, self.options.device))
-        return specs
+            self._loaded.add(wanted)
 
     def _servable(self, conn: psycopg.Connection, spec: ModelSpec) -> bool:
         """Whether the model's table and columns are there and this role may sync it safely and

@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import numpy as np
 import psycopg
+import pytest
 
 from helpers import REVIEWS, cli
 from pgembed import Client
 from pgembed.catalog import registry
-from pgembed.encode import embedder
+from pgembed.encode import embedder, hardware
+from pgembed.encode.settings import runtime_settings
 from pgembed.sync import store, worker
 
 
@@ -151,3 +153,28 @@ def test_status_reports_progress(spec: registry.ModelSpec, db_url: str) -> None:
     after = json.loads(cli("--database-url", db_url, "status", "--json").output)[0]
     assert after["queued"] == 0 and after["rows_embedded"] == 8
     assert after["oldest_queued_seconds"] is None
+
+
+def test_sync_once_with_nothing_queued_loads_no_model(
+    spec: registry.ModelSpec,
+    reviews: psycopg.Connection,
+    db_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A `sync --once` from cron or CI with nothing queued loads no model (seconds of CPU).
+
+    The observable is the process's cache of loaded models (embedder.get's): the model's entry,
+    taken out for this test (monkeypatch puts it back after), is not there again after an idle
+    `sync --once`; one queued row brings it back, so the cache does show a load."""
+    assert "8 written" in cli("--database-url", db_url, "sync", "--once").output
+    loaded = runtime_settings(spec, hardware.resolve_device("auto"))
+    assert loaded in embedder._cache  # the entry the sync's load made: the one it would make
+    monkeypatch.delitem(embedder._cache, loaded)
+    idle = cli("--database-url", db_url, "sync", "--once")
+    assert idle.exit_code == 0, idle.output
+    assert idle.stdout == "synced: 0 written, 0 skipped, 0 failed\n"
+    assert loaded not in embedder._cache
+    reviews.execute("UPDATE reviews SET body = 'Crisp apples, sweet and juicy.' WHERE id = 3")
+    busy = cli("--database-url", db_url, "sync", "--once")
+    assert "1 written" in busy.output, busy.output
+    assert loaded in embedder._cache
