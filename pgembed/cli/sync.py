@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
+from typing import TYPE_CHECKING
 
 import click
 import psycopg
@@ -18,8 +21,11 @@ from pgembed.cli.logs import setup_logging
 from pgembed.cli.progress import progress_bar
 from pgembed.embedded import server
 from pgembed.encode import hardware
-from pgembed.errors import DatabaseError
+from pgembed.errors import ConfigError, DatabaseError
 from pgembed.sync import store, worker
+
+if TYPE_CHECKING:
+    from pgembed.sync.metrics import Health
 
 
 @click.command("sync")
@@ -64,6 +70,20 @@ from pgembed.sync import store, worker
     show_default=True,
     help="Where to encode: auto picks a CUDA GPU, else an Apple GPU (mps), else the CPU.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    metavar="PORT",
+    help="Serve GET /healthz, /readyz and Prometheus /metrics on this port (0: any free port, "
+    "logged). Default: off.",
+)
+@click.option(
+    "--metrics-host",
+    metavar="ADDR",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address for --metrics-port: 0.0.0.0 for a scraper in another container.",
+)
 @pass_app
 def sync_cmd(
     app: App,
@@ -75,6 +95,8 @@ def sync_cmd(
     max_attempts: int,
     log_format: str,
     device: str,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Embed queued rows and write their vectors; runs until SIGINT/SIGTERM unless --once."""
     quiet = once and sys.stderr.isatty()
@@ -90,16 +112,23 @@ def sync_cmd(
         device=device,
     )
     url = app.url
-    names, total = _first_contact(app, model_names, once)
-    with progress_bar(total, "embedding", enabled=once) as advance:
-        # reached: the check above got through, so a fault from here on is a restart to ride out
-        # On the embedded default, a server stopped under the daemon (a crash) is started again.
-        revive = server.revive if app.explicit_url is None else None
-        w = worker.Worker(
-            url, options, on_progress=lambda _model, n: advance(n), reached=True, revive=revive
-        )
-        with stopping(partial(_finish, w)):
-            stats = w.run()
+    with _metrics(url, metrics_host, metrics_port) as health:
+        names, total = _first_contact(app, model_names, once)
+        with progress_bar(total, "embedding", enabled=once) as advance:
+            # reached: the check above got through, so a fault from here on is a restart to ride
+            # out. On the embedded default, a server stopped under the daemon (a crash) is
+            # started again.
+            revive = server.revive if app.explicit_url is None else None
+            w = worker.Worker(
+                url,
+                options,
+                on_progress=lambda _model, n: advance(n),
+                reached=True,
+                revive=revive,
+                health=health,
+            )
+            with stopping(partial(_finish, w)):
+                stats = w.run()
     click.echo(
         f"synced: {stats.written} written, {stats.skipped} skipped, {stats.failed} failed",
         err=not once,
@@ -165,6 +194,31 @@ def _first_contact(
                 "database unavailable (%s), retrying in %.1f s", db.first_line(exc), delay
             )
             time.sleep(delay)
+
+
+@contextmanager
+def _metrics(url: str, host: str, port: int | None) -> Iterator[Health | None]:
+    """With a port, the metrics server from before the first connection (a daemon waiting for
+    its database is alive, not ready) to the exit; without one, nothing (nor its import)."""
+    if port is None:
+        yield None
+        return
+    from pgembed.sync.metrics import MetricsServer
+
+    try:
+        metrics = MetricsServer(url, host, port)
+    except OSError as exc:
+        said = exc.strerror or exc
+        raise ConfigError(f"--metrics-port: cannot listen on {host}:{port}: {said}") from None
+    metrics.start()
+    shown = f"[{host}]" if ":" in host else host
+    logging.getLogger("pgembed.sync").info(
+        "metrics on http://%s:%d/ (/healthz, /readyz, /metrics)", shown, metrics.port
+    )
+    try:
+        yield metrics.health
+    finally:
+        metrics.stop()
 
 
 def _finish(w: worker.Worker) -> None:

@@ -5,6 +5,7 @@ outside any transaction. pipeline.py overlaps the steps across consecutive batch
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
@@ -81,6 +82,7 @@ class BatchResult:
     failed: int
     postponed: int = 0  # rows another transaction held: tried again later (store.postpone)
     postponed_keys: frozenset[str] = frozenset()  # their keys (pipeline.py keeps their vectors)
+    seconds: float = 0.0  # from the claim to the write-back (0: not timed)
 
     @property
     def skipped(self) -> int:
@@ -265,6 +267,7 @@ def _write_back(
         postponed=done.postponed,
         postponed_keys=frozenset(done.postponed_keys),
     )
+    figures = dataclasses.replace(figures, seconds=seconds)
     log.info(
         "model=%s rows=%d written=%d failed=%d held=%d reused=%d seconds=%.2f rows_per_second=%.1f",
         spec.name,

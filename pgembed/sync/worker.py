@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -34,6 +35,9 @@ from pgembed.sync.batch import BatchConfig, BatchResult
 from pgembed.sync.leases import LeaseRenewer
 from pgembed.sync.pipeline import Pipeline
 from pgembed.sync.vectorcache import VectorCache
+
+if TYPE_CHECKING:  # prometheus_client is imported by `sync --metrics-port` only
+    from pgembed.sync.metrics import Health
 
 log = logging.getLogger("pgembed.sync")
 
@@ -99,10 +103,12 @@ class Worker:
         *,
         reached: bool = False,
         revive: Callable[[], None] | None = None,
+        health: Health | None = None,
     ) -> None:
         """`reached`: the caller has already connected to `url`, so even a fault on the first
         connection is one to ride out (a restart), not a wrong URL to report. `revive`: called
-        after each fault to start the server again if it is down (the embedded server's)."""
+        after each fault to start the server again if it is down (the embedded server's).
+        `health`: told of sessions, faults and batches (`sync --metrics-port`)."""
         self.url = url
         self.options = options
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -110,6 +116,7 @@ class Worker:
         self.stats = Stats()
         self.backoff = Backoff(options.max_backoff_seconds)
         self._on_progress = on_progress
+        self.health = health
         self._revive = revive
         self._reached = reached  # the database has answered once: faults from now on heal
         self._started = False  # set once the first session is up and serving
@@ -147,6 +154,8 @@ class Worker:
                     raise DatabaseError(f"database error: {db.first_line(exc)}") from None
                 delay = self.backoff.next()
                 log.warning("database fault (%s); reconnecting in %.1fs", db.first_line(exc), delay)
+                if self.health is not None:
+                    self.health.fault(db.first_line(exc))
                 self._revive_server()
                 self.stop_event.wait(delay)
         return self.stats
@@ -199,6 +208,8 @@ class Worker:
         self.load_ready(conn, specs)  # before the first heartbeat, as ever
         renewer.start(_names(specs))
         self._started = True
+        if self.health is not None:
+            self.health.serving()
         while not self.stop_event.is_set():
             announced = partial(self._new_model_announced, listener, specs)
             did_work = self.drain(conn, specs, announced, renewer)
@@ -317,6 +328,10 @@ class Worker:
         self.stats.written += result.written
         self.stats.skipped += result.skipped
         self.stats.failed += result.failed
+        if self.health is not None:
+            self.health.batch(
+                spec.name, result.written, result.skipped, result.failed, result.seconds
+            )
         if self._on_progress:
             self._on_progress(spec.name, result.claimed)
 
