@@ -9,8 +9,6 @@ keeps its settings: replication needs a `replication` line in pg_hba.conf."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,11 +16,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from clusters import pg, server_dir, start
 
 from helpers import REVIEWS, cli, post_json, with_database
 from pgembed import Client, db, migrate
 from pgembed.catalog import registry
-from pgembed.embedded import access, wheel
+from pgembed.embedded import access
 from pgembed.lifecycle import models
 from pgembed.search import planner
 from pgembed.serve.api import Api
@@ -38,45 +37,16 @@ class Pair:
     standby: str
 
 
-def _pg(*command: str) -> None:
-    program = [str(wheel.bin_dir() / command[0]), *command[1:]]
-    done = subprocess.run(
-        program, user=wheel.server_user(), capture_output=True, text=True, timeout=600, cwd="/"
-    )
-    assert done.returncode == 0, f"{command[0]}: {done.stdout} {done.stderr}"
-
-
-def _server_dir() -> Path:
-    """An empty directory for a data directory, the server's user's (the socket lives in it:
-    a short path under the temporary directory)."""
-    path = Path(tempfile.mkdtemp(prefix="pgsb-"))
-    user = wheel.server_user()
-    if user is not None:
-        shutil.chown(path, user, user)
-    path.chmod(0o700)
-    return path
-
-
-def _start(pgdata: Path) -> str:
-    options = f"{access.SERVER_OPTIONS} -k {pgdata}"
-    log = pgdata / "log"
-    try:  # -t: a busy machine may take more than pg_ctl's default minute
-        _pg("pg_ctl", "-D", str(pgdata), "-l", str(log), "-o", options, "-w", "-t", "300", "start")
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{log.read_text()[-2000:]}") from None
-    return f"postgresql://postgres@/postgres?host={pgdata}"
-
-
 @pytest.fixture(scope="module")
 def pair() -> Iterator[Pair]:
-    primary_dir, standby_dir = _server_dir(), _server_dir()
+    primary_dir, standby_dir = server_dir(), server_dir()
     started: list[Path] = []
     try:
-        _pg("initdb", "-D", str(primary_dir), *access.INITDB_OPTIONS)
+        pg("initdb", "-D", str(primary_dir), *access.INITDB_OPTIONS)
         access.write_auth_files(primary_dir)
         with (primary_dir / "pg_hba.conf").open("a") as hba:  # pg_basebackup's connection
             hba.write(f"local replication all peer map={access.AUTH_MAP}\n")
-        primary = _start(primary_dir)
+        primary = start(primary_dir)
         started.append(primary_dir)
         with psycopg.connect(primary, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {DATABASE}")
@@ -89,7 +59,7 @@ def pair() -> Iterator[Pair]:
         worker.Worker(primary, worker.Options(once=True)).run()
         # a streaming replica of it, as an operator makes one: -R writes standby.signal and
         # primary_conninfo (the primary's socket)
-        _pg(
+        pg(
             "pg_basebackup",
             "-D",
             str(standby_dir),
@@ -105,12 +75,12 @@ def pair() -> Iterator[Pair]:
         )
         for lock in standby_dir.glob(".s.PGSQL.*.lock"):  # the primary's socket lock, copied
             lock.unlink()
-        standby = _start(standby_dir)
+        standby = start(standby_dir)
         started.append(standby_dir)
         yield Pair(primary, with_database(standby, DATABASE))
     finally:
         for pgdata in reversed(started):
-            _pg("pg_ctl", "-D", str(pgdata), "-m", "immediate", "stop")
+            pg("pg_ctl", "-D", str(pgdata), "-m", "immediate", "stop")
         for pgdata in (primary_dir, standby_dir):
             shutil.rmtree(pgdata, ignore_errors=True)
 
