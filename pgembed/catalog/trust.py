@@ -9,8 +9,10 @@ writes a table as its owner, as PostgreSQL's own maintenance commands and logica
 do: through a SECURITY DEFINER function owned by the table's owner (sql/definitions/40_sync.sql),
 inside which PostgreSQL refuses SET ROLE, so the owner's code cannot step back into the daemon's
 role. That needs the daemon to be able to SET ROLE to the owner: a superuser, or GRANT owner TO
-the daemon's role WITH INHERIT FALSE. A table whose owner is a superuser, or the daemon's login
-itself, is written directly: its code gains nothing.
+the daemon's role WITH INHERIT FALSE. A table whose owner is a superuser, the daemon's login
+itself, or a role that may already act as the daemon's role (SET ROLE to it, or the ADMIN option
+on it that PostgreSQL 16+ gives the role that created it: a managed service's admin role that made
+the daemon's login) is written directly: its code gains nothing it does not have.
 
 Row-level security that filters the daemon's reads would make rows it cannot see look deleted;
 such a table is not synced (its keys stay queued) until the daemon's role may read every row.
@@ -34,6 +36,7 @@ class TableTrust:
     owner_is_superuser: bool
     session_is_owner: bool  # the daemon logged in as the table's owner
     can_become_owner: bool  # SET ROLE to the owner is allowed (a superuser, or a member)
+    owner_can_become_role: bool  # the owner may act as this role already (SET, or ADMIN option)
     owner_has_temp: bool  # the owner may create temporary objects (its writing function is one)
     role_has_temp: bool  # so may this role: the function is made in this session's temp schema
     row_security: bool  # row-level security filters what this role reads of the table
@@ -44,7 +47,7 @@ class TableTrust:
     @property
     def writes_as_owner(self) -> bool:
         """Whether vectors are written through a function owned by the table's owner."""
-        return not (self.owner_is_superuser or self.session_is_owner)
+        return not (self.owner_is_superuser or self.session_is_owner or self.owner_can_become_role)
 
 
 def inspect(conn: psycopg.Connection, spec: ModelSpec) -> TableTrust | None:
@@ -102,8 +105,11 @@ def problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
         return (
             f"{table} belongs to {found.owner}, and role {found.role} may not act as it: the "
             "daemon writes a table's vectors as its owner, so the owner's triggers run with the "
-            f"owner's rights only (GRANT {found.owner} TO {found.role} WITH INHERIT FALSE, as "
-            f"a superuser; or sync as {found.owner})"
+            f"owner's rights only (GRANT {found.owner} TO {found.role} WITH INHERIT FALSE, run "
+            f"by a role with the ADMIN option on {found.owner}, such as the role that created "
+            f"it; or, to let {found.owner} act as {found.role} (its code then gains nothing), "
+            f"GRANT {found.role} TO {found.owner} WITH INHERIT FALSE, run by one with the ADMIN "
+            f"option on {found.role}, such as the role that created {found.role})"
         )
     if not found.owner_has_temp:
         return (

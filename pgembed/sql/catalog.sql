@@ -210,6 +210,10 @@ WHERE n.nspname OPERATOR(pg_catalog.=) %(schema)s AND c.relname OPERATOR(pg_cata
 -- this role may not use it (its keys could not be cast to it).
 SELECT r.rolname, r.rolsuper, r.rolname OPERATOR(pg_catalog.=) SESSION_USER,
        pg_catalog.pg_has_role(CURRENT_USER, c.relowner, 'SET'),
+       -- The owner may already act as this role: SET ROLE to it, or grant it to itself (the
+       -- ADMIN option PostgreSQL 16+ gives the role that created it, e.g. a managed admin).
+       pg_catalog.pg_has_role(c.relowner, CURRENT_USER, 'SET')
+           OR pg_catalog.pg_has_role(c.relowner, CURRENT_USER, 'MEMBER WITH ADMIN OPTION'),
        pg_catalog.has_database_privilege(c.relowner, pg_catalog.current_database(), 'TEMP'),
        pg_catalog.has_database_privilege(CURRENT_USER, pg_catalog.current_database(), 'TEMP'),
        pg_catalog.row_security_active(c.oid), CURRENT_USER::pg_catalog.text,

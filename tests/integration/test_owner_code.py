@@ -20,6 +20,7 @@ from roles_helpers import as_role, role_maker
 import pgembed
 from helpers import cli, make_due, run_cli_here
 from pgembed import db, roles
+from pgembed.catalog import registry, trust
 from pgembed.errors import UsageError
 from pgembed.lifecycle import models
 from pgembed.sync import worker
@@ -223,6 +224,40 @@ def test_a_daemon_that_may_not_act_as_the_owner_leaves_the_table_queued(
     report = {m["name"]: m for m in pgembed.status(database_url=daemon_url)}
     assert f"GRANT {owner} TO {daemon} WITH INHERIT FALSE" in report["minilm"]["broken"]
     assert report["minilm"]["queued"] == 7
+
+
+@pytest.mark.parametrize("may", ["administers", "may SET ROLE to"])
+def test_an_owner_that_may_act_as_the_daemon_is_written_directly(
+    db_url: str, make_role: Callable[..., str], may: str
+) -> None:
+    """An owner that could become the daemon's role anyway (SET ROLE to it; or the ADMIN option
+    on it, which PostgreSQL 16+ gives the role that created it, as a managed service's admin
+    creates the daemon's login) gains nothing from its code running as the daemon: its table is
+    written directly, with no membership in the owner asked of the daemon."""
+    with db.connection(db_url) as conn:
+        roles.create(conn)
+        owner = make_role("owner")
+        daemon = make_role("daemon", f"IN ROLE {roles.DAEMON}")
+        option = "ADMIN OPTION, INHERIT FALSE, SET FALSE" if may == "administers" else "SET TRUE"
+        conn.execute(
+            sql.SQL("GRANT {} TO {} WITH {}").format(
+                sql.Identifier(daemon), sql.Identifier(owner), sql.SQL(option)
+            )
+        )
+        conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
+        conn.execute(sql.SQL("ALTER TABLE public.docs OWNER TO {}").format(sql.Identifier(owner)))
+        conn.execute("INSERT INTO public.docs SELECT g, 'doc ' || g FROM generate_series(1, 7) g")
+        models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+    daemon_url = as_role(db_url, daemon)
+    with db.connection(daemon_url) as conn:
+        spec = registry.get(conn, "minilm")
+        found = trust.inspect(conn, spec)
+        assert found is not None and not found.can_become_owner
+        assert found.owner_can_become_role and not found.writes_as_owner
+    stats = _sync(daemon_url)
+    assert stats.written == 7 and stats.failed == 0
+    with db.connection(db_url) as conn:
+        assert _embedded(conn) == 7
 
 
 def _owners_docs(db_url: str, make_role: Callable[..., str], code: str) -> str:
