@@ -33,13 +33,41 @@ def connect(url: str, *, autocommit: bool = True, vector: bool = True) -> psycop
             f"malformed database URL {config.redact(url)!r}: {config.unquoted(exc)}"
         ) from None
     except psycopg.OperationalError as exc:
-        raise DatabaseError(f"cannot connect to {config.redact(url)}: {first_line(exc)}") from None
+        said = f"cannot connect to {config.redact(url)}: {first_line(exc)}"
+        raise DatabaseError(said + _connect_advice(str(exc), url)) from None
     pin(conn)
     if vector:
         # Before `migrate` the extension may not exist yet; migrate's callers reconnect after.
         with suppress(psycopg.ProgrammingError):
             register_vector(conn)
     return conn
+
+
+def _connect_advice(message: str, url: str) -> str:
+    """What to do about the two refusals a new role meets first (the server's English words;
+    under a translated lc_messages no advice is added)."""
+    if "password authentication failed" in message:
+        return (
+            " (check the user and password in the URL, percent-encoding @ : / ? # in them; "
+            "the role's password is set by ALTER ROLE ... PASSWORD, run by a role with "
+            "CREATEROLE, such as a managed service's admin)"
+        )
+    found = re.search(r'permission denied for database "([^"]+)"', message)
+    if found:
+        user = psycopg.conninfo.conninfo_to_dict(url).get("user")
+        role = _ident(str(user)) if user else "the URL's role"
+        return (
+            f" (have the database's owner run GRANT CONNECT ON DATABASE {_ident(found[1])} "
+            f"TO {role})"
+        )
+    return ""
+
+
+def _ident(name: str) -> str:
+    """`name` as SQL writes it: quoted unless plain lower case."""
+    if re.fullmatch(r"[a-z_][a-z0-9_$]*", name):
+        return name
+    return '"' + name.replace('"', '""') + '"'
 
 
 def vector_name(conn: psycopg.Connection, name: str) -> sql.Identifier:

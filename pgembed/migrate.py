@@ -122,6 +122,8 @@ def migrate(
         elif directory == MIGRATIONS_DIR:  # the grants read the current catalog
             roles.grant(conn)
         return pending
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise DatabaseError(f"migration failed: {db.first_line(exc)}: {_who_may(conn)}") from None
     except psycopg.Error as exc:
         raise DatabaseError(f"migration failed: {exc}") from None
     finally:
@@ -284,6 +286,21 @@ def _refuse_shadows(conn: psycopg.Connection, schema: str) -> None:
 
 
 MIN_SERVER_VERSION = 160000  # pg_has_role(..., 'SET'), pg_input_is_valid, GRANT ... INHERIT FALSE
+
+
+def _who_may(conn: psycopg.Connection) -> str:
+    """What to do when this role may not migrate: migrate as the role that owns schema pgembed,
+    or, before there is one, as the database's owner or after it grants CREATE."""
+    row = conn.execute(sqlfiles.get("migrate", "schema_owner")).fetchone()
+    if row is None:
+        return "run `pgembed migrate` as the role that owns schema pgembed"
+    owner, installed, database, role = row
+    if installed:
+        return f"run `pgembed migrate` as {owner}, the owner of schema pgembed (or a member of it)"
+    return (
+        f"run `pgembed migrate` as {owner}, the owner of database {database}, or have it run "
+        f"GRANT CREATE ON DATABASE {database} TO {role}"
+    )
 
 
 def _require_vector_available(conn: psycopg.Connection) -> None:

@@ -34,6 +34,18 @@ SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_available_extensions WHERE name = 've
 SELECT pg_catalog.quote_ident(pg_catalog.current_database()),
        pg_catalog.quote_ident(CURRENT_USER::text);
 
+-- name: schema_owner
+-- Who may migrate when this role may not: the pgembed schema's owner, else the database's.
+SELECT pg_catalog.quote_ident(coalesce(
+           (SELECT n.nspowner::pg_catalog.regrole::pg_catalog.text FROM pg_catalog.pg_namespace n
+            WHERE n.nspname OPERATOR(pg_catalog.=) 'pgembed'),
+           (SELECT d.datdba::pg_catalog.regrole::pg_catalog.text FROM pg_catalog.pg_database d
+            WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()))),
+       EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n
+               WHERE n.nspname OPERATOR(pg_catalog.=) 'pgembed'),
+       pg_catalog.quote_ident(pg_catalog.current_database()),
+       pg_catalog.quote_ident(CURRENT_USER::text);
+
 -- name: vector_usable
 -- Whether this role may use pgvector's schema (a migration's search_path names it, and a schema
 -- without USAGE is left out of it silently); the schema and role, quoted, to say the GRANT.

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from clusters import pg, server_dir, start
 
-from helpers import with_database
+from helpers import run_cli_here, with_database
 from pgembed.embedded import access
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,3 +98,30 @@ def test_the_recipe_runs_with_no_superuser(managed: str, layout: str, tmp_path: 
     assert supers == [("postgres",)]  # the cluster's own, used for the setup above only
     assert owner_of == (("app_owner",) if layout == "an owner role owns it" else ("admin",))
     assert workers == (False, False, True)
+
+
+def test_bad_input_on_the_managed_server_is_one_line_saying_what_to_run(managed: str) -> None:
+    """A wrong password, a role without CONNECT, a role that may not create pgembed's schema or
+    does not own it: one line each, naming what to run and who runs it."""
+    admin = f"postgresql://admin:{PASSWORDS['ADMIN_PASSWORD']}@{managed}/app"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("CREATE ROLE outsider LOGIN PASSWORD 'x'")
+        conn.execute("REVOKE CONNECT ON DATABASE app FROM PUBLIC")
+        conn.execute("CREATE ROLE helper LOGIN PASSWORD 'x'")
+        conn.execute("GRANT CONNECT ON DATABASE app TO helper")
+
+    def error(url: str) -> str:
+        done = run_cli_here("--database-url", url, "migrate")
+        assert done.returncode != 0 and done.stdout == "", done
+        assert done.stderr.count("\n") == 1 and done.stderr.startswith("pgembed: error: ")
+        return done.stderr
+
+    assert "password authentication failed" in error(f"postgresql://admin:wrong@{managed}/app")
+    assert "GRANT CONNECT ON DATABASE app TO outsider" in error(
+        f"postgresql://outsider:x@{managed}/app"
+    )
+    helper = f"postgresql://helper:x@{managed}/app"
+    assert "run `pgembed migrate` as admin, the owner of database app, or have it run GRANT " \
+        "CREATE ON DATABASE app TO helper" in error(helper)  # fmt: skip
+    assert run_cli_here("--database-url", admin, "migrate").returncode == 0
+    assert "run `pgembed migrate` as admin, the owner of schema pgembed" in error(helper)
