@@ -81,16 +81,16 @@ def problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
         schema = sql.Identifier(spec.table_schema).as_string(conn)  # a GRANT to paste
         return (
             f"role {found.role} may not use schema {spec.table_schema}, which holds {table}: "
-            f"its keys stay queued (GRANT USAGE ON SCHEMA {schema} TO pgembed_daemon, which "
-            "`model add` and `migrate` do when their role may)"
+            f"its keys stay queued (GRANT USAGE ON SCHEMA {schema} TO pgembed_daemon, run by the "
+            "schema's owner; `model add` and `migrate` do it when their role may)"
         )
     if found.key_schema_unusable is not None:
         schema = sql.Identifier(found.key_schema_unusable).as_string(conn)
         return (
             f"role {found.role} may not use schema {found.key_schema_unusable}, which holds the "
             f"type of {table}'s key column {spec.key_column}: its keys stay queued (GRANT USAGE "
-            f"ON SCHEMA {schema} TO pgembed_daemon, which `model add` and `migrate` do when their "
-            "role may)"
+            f"ON SCHEMA {schema} TO pgembed_daemon, run by the schema's owner; `model add` and "
+            "`migrate` do it when their role may)"
         )
     if found.row_security:
         return (

@@ -469,8 +469,8 @@ def _skipped_until_migrate(
     assert report[skipped]["queued"] == rows
     assert report[skipped]["broken"] == (
         f"role {daemon} may not use schema {schema}, which holds {holds}: its keys stay queued "
-        f'(GRANT USAGE ON SCHEMA "{schema}" TO pgembed_daemon, which `model add` and `migrate` '
-        "do when their role may)"
+        f'(GRANT USAGE ON SCHEMA "{schema}" TO pgembed_daemon, run by the schema\'s owner; '
+        "`model add` and `migrate` do it when their role may)"
     )
     with db.connection(db_url) as conn:
         migrate.migrate(conn)
