@@ -1,4 +1,5 @@
-"""What the machine offers the encoder: cores, native bf16, a CUDA GPU, an Apple GPU (MPS)."""
+"""What the machine offers the encoder: the CPUs this process may use (affinity, cgroup quota),
+native bf16, a CUDA GPU, an Apple GPU (MPS)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,81 @@ _threads_lock = threading.Lock()
 _threads_set = False
 
 
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
 def cores() -> int:
-    """The cores this process may run on (a container or `taskset` may give fewer than exist)."""
+    """The CPUs this process may use: the cores it may run on (a container's cpuset or `taskset`
+    may give fewer than exist), and no more than its cgroup's CPU quota (`docker --cpus`, a
+    Kubernetes limit), which leaves every core visible but throttles the threads past it."""
     try:
-        return len(os.sched_getaffinity(0))
+        affinity = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        affinity = os.cpu_count() or 1
+    return usable_cpus(affinity, cpu_quota())
+
+
+def usable_cpus(affinity: int, quota: float | None) -> int:
+    """`affinity` cores, at most the quota's whole CPUs (1.5 CPUs: 1 thread, as a second would be
+    throttled half the time), at least one."""
+    if quota is None:
+        return affinity
+    return max(1, min(affinity, int(quota)))
+
+
+def cpu_quota(root: Path = CGROUP_ROOT, membership: str | None = None) -> float | None:
+    """The tightest CPU quota, in CPUs, of this process's cgroup and its parents: cgroup v2's
+    cpu.max, or v1's cpu.cfs_quota_us over cpu.cfs_period_us; None when none is set or readable.
+    `membership`: /proc/self/cgroup's text (read when None)."""
+    if membership is None:
+        try:
+            membership = Path("/proc/self/cgroup").read_text(encoding="utf-8")
+        except OSError:
+            return None
+    found: list[float] = []
+    for line in membership.splitlines():
+        hierarchy, controllers, path = [*line.split(":", 2), "", ""][:3]
+        if hierarchy == "0" and not controllers:  # v2 (unified; under unified/ on a hybrid host)
+            base = root if (root / "cgroup.controllers").exists() else root / "unified"
+            found += [q for d in _and_parents(base, path) if (q := _v2(d)) is not None]
+        elif "cpu" in controllers.split(","):  # v1's cpu controller
+            base = root / "cpu" if (root / "cpu").is_dir() else root / controllers
+            found += [q for d in _and_parents(base, path) if (q := _v1(d)) is not None]
+    return min(found, default=None)
+
+
+def _and_parents(base: Path, path: str) -> list[Path]:
+    """base/path and each parent up to base, those that exist (inside a container its own
+    cgroup is often mounted as the root, whatever /proc/self/cgroup names)."""
+    parts = [p for p in path.strip("/").split("/") if p]
+    dirs = [base.joinpath(*parts[:n]) for n in range(len(parts), -1, -1)]
+    return [d for d in dirs if d.is_dir()]
+
+
+def _v2(directory: Path) -> float | None:
+    try:
+        quota, period = (directory / "cpu.max").read_text(encoding="ascii").split()[:2]
+    except (OSError, ValueError):
+        return None
+    return None if quota == "max" else _ratio(quota, period)
+
+
+def _v1(directory: Path) -> float | None:
+    try:
+        quota = (directory / "cpu.cfs_quota_us").read_text(encoding="ascii").strip()
+        period = (directory / "cpu.cfs_period_us").read_text(encoding="ascii").strip()
+    except OSError:
+        return None
+    return _ratio(quota, period)
+
+
+def _ratio(quota: str, period: str) -> float | None:
+    """quota/period in CPUs; None for no limit (v1's -1) or what does not parse."""
+    try:
+        q, p = int(quota), int(period)
+    except ValueError:
+        return None
+    return q / p if q > 0 and p > 0 else None
 
 
 def use_all_cores() -> int:

@@ -152,3 +152,37 @@ def test_claim_size(capsys: pytest.CaptureFixture[str]) -> None:
     assert _fill_options(command, ["m"]).claim_size == defaults.REINDEX_CLAIM_SIZE
     assert _fill_options(command, ["m", "--claim-size", "8"]).claim_size == 8
     assert capsys.readouterr().err == ""
+
+
+def _cgroup(root: Path, files: dict[str, str]) -> Path:
+    """A cgroup tree of files under `root`, as the kernel shows one."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_the_cpus_a_process_may_use_follow_affinity_and_the_cgroup_quota(tmp_path: Path) -> None:
+    """A container's quota (docker --cpus 1.5: cpu.max "150000 100000") leaves every core visible
+    to the affinity mask but throttles threads past it: whole CPUs of the tightest quota of the
+    process's cgroup and its parents, v2 or v1, at least one."""
+    v2 = _cgroup(tmp_path / "v2", {"cgroup.controllers": "cpu", "cpu.max": "150000 100000\n"})
+    assert hardware.cpu_quota(v2, "0::/\n") == 1.5
+    nested = _cgroup(
+        tmp_path / "nested",
+        {"cgroup.controllers": "", "app/cpu.max": "50000 100000", "app/web/cpu.max": "max 1000"},
+    )
+    assert hardware.cpu_quota(nested, "0::/app/web\n") == 0.5  # the parent's is tighter
+    hybrid = _cgroup(tmp_path / "hybrid", {"unified/cgroup.procs": "", "cpu/cpu.cfs_quota_us": "-1",
+                                           "cpu/cpu.cfs_period_us": "100000"})  # fmt: skip
+    assert hardware.cpu_quota(hybrid, "1:cpu:/\n0::/\n") is None  # v1's -1: no limit
+    v1 = _cgroup(
+        tmp_path / "v1", {"cpu/cpu.cfs_quota_us": "300000", "cpu/cpu.cfs_period_us": "100000"}
+    )
+    # Inside a container its own cgroup is mounted as the root, whatever the path says.
+    assert hardware.cpu_quota(v1, "4:cpu,cpuacct:/docker/abc\n") == 3.0
+    assert hardware.cpu_quota(tmp_path / "none", "0::/\n") is None
+    assert hardware.cpu_quota(v2, "garbage\n") is None
+    assert [hardware.usable_cpus(4, q) for q in (None, 2.5, 0.2, 8.0)] == [4, 2, 1, 4]
+    affinity = len(os.sched_getaffinity(0))
+    assert hardware.cores() == hardware.usable_cpus(affinity, hardware.cpu_quota())
