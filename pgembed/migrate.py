@@ -295,6 +295,11 @@ def _who_may(conn: psycopg.Connection) -> str:
     if row is None:
         return "run `pgembed migrate` as the role that owns schema pgembed"
     owner, installed, database, role = row
+    if owner == role:  # it owns what it migrates: what it lacks is the privilege named before
+        return (
+            f"{role} owns schema pgembed; give it that privilege or migrate as a role that has "
+            "it (--create-roles needs CREATEROLE)"
+        )
     if installed:
         return f"run `pgembed migrate` as {owner}, the owner of schema pgembed (or a member of it)"
     return (

@@ -37,9 +37,9 @@ SELECT pg_catalog.quote_ident(pg_catalog.current_database()),
 -- name: schema_owner
 -- Who may migrate when this role may not: the pgembed schema's owner, else the database's.
 SELECT pg_catalog.quote_ident(coalesce(
-           (SELECT n.nspowner::pg_catalog.regrole::pg_catalog.text FROM pg_catalog.pg_namespace n
+           (SELECT pg_catalog.pg_get_userbyid(n.nspowner) FROM pg_catalog.pg_namespace n
             WHERE n.nspname OPERATOR(pg_catalog.=) 'pgembed'),
-           (SELECT d.datdba::pg_catalog.regrole::pg_catalog.text FROM pg_catalog.pg_database d
+           (SELECT pg_catalog.pg_get_userbyid(d.datdba) FROM pg_catalog.pg_database d
             WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()))),
        EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n
                WHERE n.nspname OPERATOR(pg_catalog.=) 'pgembed'),

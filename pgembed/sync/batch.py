@@ -82,7 +82,7 @@ class BatchResult:
     failed: int
     postponed: int = 0  # rows another transaction held: tried again later (store.postpone)
     postponed_keys: frozenset[str] = frozenset()  # their keys (pipeline.py keeps their vectors)
-    seconds: float = 0.0  # from the claim to the write-back (0: not timed)
+    seconds: float = 0.0  # the worker's time for it, batches overlapping (0: not timed)
 
     @property
     def skipped(self) -> int:
@@ -379,14 +379,14 @@ def _write_part(
     try:
         _write_slice(conn, claimed, part, rows, config, seconds, leases, done)
     except Refused as exc:
+        if trust.broken(conn, claimed.spec) is not None:
+            raise exc.error from None
         if len(part) > 1:
             middle = len(part) // 2
             for half in (part[:middle], part[middle:]):
                 share = seconds * len(half) / len(part)
                 _write_part(conn, claimed, half, rows, config, share, leases, done)
             return
-        if trust.broken(conn, claimed.spec) is not None:
-            raise exc.error from None
         _refuse(conn, claimed.spec, part[0], str(exc), config, done)
 
 
@@ -417,10 +417,8 @@ def _refusals() -> Iterator[None]:
     try:
         yield
     except psycopg.Error as exc:
-        state = exc.sqlstate
-        if isinstance(exc, psycopg.OperationalError) or state is None:
-            raise
-        if state[:2] in _NOT_REFUSALS:
+        state = exc.sqlstate  # by class alone: psycopg calls a trigger's stack overflow (54001)
+        if state is None or state[:2] in _NOT_REFUSALS:  # or missing RETURN (2F005) operational
             raise
         raise Refused(exc) from exc
 
@@ -436,9 +434,11 @@ def _write_slice(
     done: _Progress,
 ) -> None:
     """One slice's transaction: give the batch back if the model changed, else apply its plan;
-    after a write as the table's owner, the session is put right (clean_session)."""
+    after a write that ran another role's code (as the table's owner, or directly for an owner
+    that may act as this role), the session is put right (clean_session)."""
     spec = claimed.spec
     owner: str | None = None
+    foreign_code = False  # another role's code ran in this session: put it right after
     try:
         with conn.transaction():
             if _changed(conn, spec):
@@ -452,9 +452,10 @@ def _write_slice(
                 store.wait_briefly(conn, WRITE_LOCK_TIMEOUT)
                 found = trust.inspect(conn, spec)
                 owner = found.owner if found is not None and found.writes_as_owner else None
+                foreign_code = found is not None and found.runs_foreign_code
                 outcome = _apply_slice(conn, spec, part, rows, config, seconds, leases, owner)
     finally:
-        if owner is not None:
+        if foreign_code:
             store.clean_session(conn)
     if outcome is None:
         earlier = _result(claimed, len(done.settled), done.written, done.refused, done.postponed)
@@ -484,6 +485,9 @@ def _apply_slice(
     if owner is None:
         with _refusals():  # the table's triggers, rules and constraints run in this statement
             written = store.write(conn, spec, plan.keys, plan.md5s, vectors)
+            # Deferred constraints and constraint triggers checked now, not at the commit
+            # outside this block (write_as_owner does the same as the owner).
+            conn.execute("SET CONSTRAINTS ALL IMMEDIATE")
     else:
         written = set(plan.keys)  # or none: write_as_owner fails the transaction
     if spec.chunked:

@@ -29,7 +29,7 @@ from pgembed.errors import PgembedError
 
 log = logging.getLogger("pgembed.sync")
 
-# Seconds a batch takes from its claim to its write-back: a small claim on a GPU to a large one
+# Seconds per batch of a worker: a small claim on a GPU to a large one
 # of long texts on one slow core.
 BATCH_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 SCRAPE_TIMEOUT_MS = 5000  # a scrape's queries stop after this long rather than hang the scraper
@@ -64,7 +64,7 @@ class Health:
         )
         self.batch_seconds = Histogram(
             "pgembed_batch_seconds",
-            "Seconds from a batch's claim to its write-back.",
+            "Seconds per batch: since the previous one's write-back, as batches overlap.",
             ["model"],
             buckets=BATCH_BUCKETS,
             registry=registry,
