@@ -10,9 +10,10 @@ do: through a SECURITY DEFINER function owned by the table's owner (sql/definiti
 inside which PostgreSQL refuses SET ROLE, so the owner's code cannot step back into the daemon's
 role. That needs the daemon to be able to SET ROLE to the owner: a superuser, or GRANT owner TO
 the daemon's role WITH INHERIT FALSE. A table whose owner is a superuser, the daemon's login
-itself, or a role that may already act as the daemon's role (SET ROLE to it, or the ADMIN option
-on it that PostgreSQL 16+ gives the role that created it: a managed service's admin role that made
-the daemon's login) is written directly: its code gains nothing it does not have.
+itself, or a role that may already act as the daemon's role and session user (SET ROLE to each,
+or an ADMIN option on it that PostgreSQL 16+ gives the role that created it, held by the owner or
+a role it may SET ROLE to: a managed service's admin role that made the daemon's login) is written
+directly: its code gains nothing it does not have; the session is put right after it all the same.
 
 Row-level security that filters the daemon's reads would make rows it cannot see look deleted;
 such a table is not synced (its keys stay queued) until the daemon's role may read every row.
@@ -43,6 +44,14 @@ class TableTrust:
     role: str  # this role (CURRENT_USER)
     schema_usable: bool  # this role may look names up in the table's schema
     key_schema_unusable: str | None  # the schema of the key's type, when this role may not
+    may_update_vector: bool  # this role may UPDATE the model's vector column (a direct write)
+
+    @property
+    def runs_foreign_code(self) -> bool:
+        """Whether a write runs code of a role that is neither a superuser nor this session's
+        (as the owner, or directly for an owner that may act as this role): the session is put
+        right after it."""
+        return not (self.owner_is_superuser or self.session_is_owner)
 
     @property
     def writes_as_owner(self) -> bool:
@@ -54,7 +63,12 @@ def inspect(conn: psycopg.Connection, spec: ModelSpec) -> TableTrust | None:
     """The table's trust facts for this role; None when the table is gone."""
     row = conn.execute(
         sqlfiles.get("catalog", "table_trust"),
-        {"schema": spec.table_schema, "name": spec.table_name, "key": spec.key_column},
+        {
+            "schema": spec.table_schema,
+            "name": spec.table_name,
+            "key": spec.key_column,
+            "vector": spec.embedding_column,
+        },
     ).fetchone()
     return None if row is None else TableTrust(*row)
 
@@ -100,16 +114,21 @@ def problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
             "without FORCE ROW LEVEL SECURITY)"
         )
     if not found.writes_as_owner:
-        return None
+        if found.may_update_vector:
+            return None
+        column = sql.Identifier(spec.embedding_column).as_string(conn)
+        return (
+            f"role {found.role} may not update {table}.{spec.embedding_column}: its keys stay "
+            f"queued (GRANT UPDATE ({column}) ON {table} TO pgembed_daemon, run by the table's "
+            f"owner {found.owner}; `model add` and `migrate` do it when their role may)"
+        )
     if not found.can_become_owner:
         return (
             f"{table} belongs to {found.owner}, and role {found.role} may not act as it: the "
             "daemon writes a table's vectors as its owner, so the owner's triggers run with the "
             f"owner's rights only (GRANT {found.owner} TO {found.role} WITH INHERIT FALSE, run "
             f"by a role with the ADMIN option on {found.owner}, such as the role that created "
-            f"it; or, to let {found.owner} act as {found.role} (its code then gains nothing), "
-            f"GRANT {found.role} TO {found.owner} WITH INHERIT FALSE, run by one with the ADMIN "
-            f"option on {found.role}, such as the role that created {found.role})"
+            "it)"
         )
     if not found.owner_has_temp:
         return (

@@ -210,14 +210,21 @@ WHERE n.nspname OPERATOR(pg_catalog.=) %(schema)s AND c.relname OPERATOR(pg_cata
 -- this role may not use it (its keys could not be cast to it).
 SELECT r.rolname, r.rolsuper, r.rolname OPERATOR(pg_catalog.=) SESSION_USER,
        pg_catalog.pg_has_role(CURRENT_USER, c.relowner, 'SET'),
-       -- The owner may already act as this role: SET ROLE to it, or grant it to itself (the
-       -- ADMIN option PostgreSQL 16+ gives the role that created it, e.g. a managed admin).
-       pg_catalog.pg_has_role(c.relowner, CURRENT_USER, 'SET')
-           OR pg_catalog.pg_has_role(c.relowner, CURRENT_USER, 'MEMBER WITH ADMIN OPTION'),
+       -- The owner may already act as this role and as this session's: SET ROLE to each, or
+       -- grant it to itself by an ADMIN option it holds or may SET ROLE to a holder of (the
+       -- option PostgreSQL 16+ gives the role that created a role, e.g. a managed admin).
+       (SELECT pg_catalog.bool_and(pg_catalog.pg_has_role(c.relowner, w.oid, 'SET') OR EXISTS (
+                   SELECT 1 FROM pg_catalog.pg_auth_members m
+                   WHERE m.roleid OPERATOR(pg_catalog.=) w.oid AND m.admin_option
+                     AND pg_catalog.pg_has_role(c.relowner, m.member, 'SET')))
+        FROM pg_catalog.pg_roles w
+        WHERE w.rolname OPERATOR(pg_catalog.=) ANY (ARRAY[CURRENT_USER, SESSION_USER])),
        pg_catalog.has_database_privilege(c.relowner, pg_catalog.current_database(), 'TEMP'),
        pg_catalog.has_database_privilege(CURRENT_USER, pg_catalog.current_database(), 'TEMP'),
        pg_catalog.row_security_active(c.oid), CURRENT_USER::pg_catalog.text,
-       pg_catalog.has_schema_privilege(n.oid, 'USAGE'), k.schema
+       pg_catalog.has_schema_privilege(n.oid, 'USAGE'), k.schema,
+       -- A direct write (not as the owner) is this role's UPDATE of the vector column.
+       pg_catalog.has_column_privilege(c.oid, %(vector)s::pg_catalog.text, 'UPDATE')
 FROM pg_catalog.pg_class c
 -- The key type's schema, when this role may not use it.
 LEFT JOIN LATERAL (

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -230,14 +231,16 @@ def test_a_daemon_that_may_not_act_as_the_owner_leaves_the_table_queued(
 def test_an_owner_that_may_act_as_the_daemon_is_written_directly(
     db_url: str, make_role: Callable[..., str], may: str
 ) -> None:
-    """An owner that could become the daemon's role anyway (SET ROLE to it; or the ADMIN option
+    """An owner that could become the daemon's login anyway (SET ROLE to it; or the ADMIN option
     on it, which PostgreSQL 16+ gives the role that created it, as a managed service's admin
     creates the daemon's login) gains nothing from its code running as the daemon: its table is
-    written directly, with no membership in the owner asked of the daemon."""
+    written directly, with no membership in the owner asked of the daemon. Not so for a session
+    that logged in as a superuser and SET ROLE to that login: the owner's code could RESET ROLE."""
     with db.connection(db_url) as conn:
         roles.create(conn)
         owner = make_role("owner")
         daemon = make_role("daemon", f"IN ROLE {roles.DAEMON}")
+        conn.execute(sql.SQL("ALTER ROLE {} LOGIN").format(sql.Identifier(daemon)))
         option = "ADMIN OPTION, INHERIT FALSE, SET FALSE" if may == "administers" else "SET TRUE"
         conn.execute(
             sql.SQL("GRANT {} TO {} WITH {}").format(
@@ -248,16 +251,24 @@ def test_an_owner_that_may_act_as_the_daemon_is_written_directly(
         conn.execute(sql.SQL("ALTER TABLE public.docs OWNER TO {}").format(sql.Identifier(owner)))
         conn.execute("INSERT INTO public.docs SELECT g, 'doc ' || g FROM generate_series(1, 7) g")
         models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
-    daemon_url = as_role(db_url, daemon)
+    with db.connection(as_role(db_url, daemon)) as conn:  # session user: the superuser
+        found = trust.inspect(conn, registry.get(conn, "minilm"))
+        assert found is not None and not found.owner_can_become_role and found.writes_as_owner
+    daemon_url = _login_url(db_url, daemon)  # its own login
     with db.connection(daemon_url) as conn:
-        spec = registry.get(conn, "minilm")
-        found = trust.inspect(conn, spec)
+        found = trust.inspect(conn, registry.get(conn, "minilm"))
         assert found is not None and not found.can_become_owner
         assert found.owner_can_become_role and not found.writes_as_owner
     stats = _sync(daemon_url)
     assert stats.written == 7 and stats.failed == 0
     with db.connection(db_url) as conn:
         assert _embedded(conn) == 7
+
+
+def _login_url(url: str, role: str) -> str:
+    """`url` logged in as `role` itself (its session user), not SET ROLE from the superuser."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"{quote(role)}@{parts.hostname or ''}"))
 
 
 def _owners_docs(db_url: str, make_role: Callable[..., str], code: str) -> str:
@@ -433,3 +444,72 @@ def test_rows_the_owners_trigger_refuses_fail_alone_then_move_to_failures(
         assert _embedded(conn) == 5
     (report,) = json.loads(cli("--database-url", db_url, "status", "--json").output)
     assert report["failed"] == 2 and report["queued"] == 0 and report["rows_embedded"] == 5
+
+
+_REFUSE_OTHERWISE = (
+    # Row 3: a trigger that ends without RETURN (SQLSTATE 2F005, which psycopg raises as an
+    # OperationalError); row 6: a deferred constraint trigger, checked at the commit.
+    "CREATE FUNCTION public.no_return() RETURNS trigger LANGUAGE plpgsql AS "
+    "$$BEGIN IF NEW.id = 3 AND NEW.embedding_minilm IS NOT NULL THEN NULL; "
+    "ELSE RETURN NEW; END IF; END$$; "
+    "CREATE TRIGGER no_return BEFORE UPDATE ON public.docs FOR EACH ROW "
+    "EXECUTE FUNCTION public.no_return(); "
+    "CREATE FUNCTION public.later() RETURNS trigger LANGUAGE plpgsql AS "
+    "$$BEGIN IF NEW.id = 6 AND NEW.embedding_minilm IS NOT NULL THEN "
+    "RAISE EXCEPTION 'row 6 refused at commit'; END IF; RETURN NULL; END$$; "
+    "CREATE CONSTRAINT TRIGGER later AFTER UPDATE ON public.docs DEFERRABLE INITIALLY DEFERRED "
+    "FOR EACH ROW EXECUTE FUNCTION public.later();"
+)
+
+
+def test_a_missing_return_and_a_deferred_check_fail_their_rows_too(db_url: str) -> None:
+    """Refusals of other kinds, on a direct write: a trigger's error that psycopg classes as
+    operational, and a check deferred to the commit. Each fails its row's attempt like any
+    refusal (before, the first had the worker reconnect for ever, the second left its batch
+    leased); the other rows are written."""
+    with db.connection(db_url) as conn:
+        conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
+        models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+        conn.execute(
+            f"{_REFUSE_OTHERWISE} INSERT INTO public.docs "
+            "SELECT g, 'review ' || g FROM generate_series(1, 7) g"
+        )
+    done = run_cli_here("--database-url", db_url, "sync", "--once", "--claim-size", "4")
+    assert "5 written, 0 skipped, 2 failed" in done.stdout, done.stdout + done.stderr
+    assert "leased by a worker that stopped" not in done.stdout
+    with db.connection(db_url) as conn:
+        assert _embedded(conn) == 5
+        queued = dict(conn.execute("SELECT key, last_error FROM pgembed.queue").fetchall())
+    assert set(queued) == {"3", "6"}
+    assert "without RETURN" in queued["3"] and "row 6 refused at commit" in queued["6"], queued
+
+
+def test_a_revoked_update_of_the_vector_column_is_said_not_failed(
+    db_url: str, make_role: Callable[..., str]
+) -> None:
+    """A daemon that may no longer UPDATE the vector column of a table it writes directly: the
+    model is skipped with the GRANT to run and who runs it; no row is failed for it."""
+    with db.connection(db_url) as conn:
+        roles.create(conn)
+        owner = make_role("owner")
+        daemon = make_role("daemon", f"IN ROLE {roles.DAEMON}")
+        conn.execute(sql.SQL("ALTER ROLE {} LOGIN").format(sql.Identifier(daemon)))
+        conn.execute(
+            sql.SQL("GRANT {} TO {} WITH ADMIN OPTION, INHERIT FALSE, SET FALSE").format(
+                sql.Identifier(daemon), sql.Identifier(owner)
+            )
+        )
+        conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
+        conn.execute(sql.SQL("ALTER TABLE public.docs OWNER TO {}").format(sql.Identifier(owner)))
+        conn.execute("INSERT INTO public.docs SELECT g, 'doc ' || g FROM generate_series(1, 3) g")
+        models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+        conn.execute("REVOKE UPDATE (embedding_minilm) ON public.docs FROM pgembed_daemon")
+    daemon_url = _login_url(db_url, daemon)
+    stats = _sync(daemon_url)
+    assert stats.written == 0 and stats.failed == 0
+    (report,) = pgembed.status(database_url=daemon_url)
+    assert report["queued"] == 3 and report["failed"] == 0
+    assert (
+        f'GRANT UPDATE ("embedding_minilm") ON public.docs TO pgembed_daemon, run by the table\'s '
+        f"owner {owner}"
+    ) in report["broken"], report["broken"]
