@@ -265,6 +265,17 @@ def test_an_owner_that_may_act_as_the_daemon_is_written_directly(
         assert _embedded(conn) == 7
 
 
+def _syncers_docs(db_url: str, code: str) -> None:
+    """public.docs, owned by the syncer (written directly) and watched, 7 rows queued; `code`
+    run first."""
+    with db.connection(db_url) as conn:
+        conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
+        models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
+        conn.execute(
+            f"{code} INSERT INTO public.docs SELECT g, 'review ' || g FROM generate_series(1, 7) g"
+        )
+
+
 def _login_url(url: str, role: str) -> str:
     """`url` logged in as `role` itself (its session user), not SET ROLE from the superuser."""
     parts = urlsplit(url)
@@ -410,13 +421,7 @@ def test_rows_the_owners_trigger_refuses_fail_alone_then_move_to_failures(
     if owned_by == "another role":
         _owners_docs(db_url, make_role, _REFUSE_SOME)
     else:
-        with db.connection(db_url) as conn:
-            conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
-            models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
-            conn.execute(
-                f"{_REFUSE_SOME} INSERT INTO public.docs "
-                "SELECT g, 'review ' || g FROM generate_series(1, 7) g"
-            )
+        _syncers_docs(db_url, _REFUSE_SOME)
     sync = ("--database-url", db_url, "sync", "--once", "--claim-size", "4", "--max-attempts", "2")
     first = run_cli_here(*sync)
     assert first.returncode == 0, first.stderr
@@ -467,13 +472,7 @@ def test_a_missing_return_and_a_deferred_check_fail_their_rows_too(db_url: str) 
     operational, and a check deferred to the commit. Each fails its row's attempt like any
     refusal (before, the first had the worker reconnect for ever, the second left its batch
     leased); the other rows are written."""
-    with db.connection(db_url) as conn:
-        conn.execute("CREATE TABLE public.docs (id integer PRIMARY KEY, body text)")
-        models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
-        conn.execute(
-            f"{_REFUSE_OTHERWISE} INSERT INTO public.docs "
-            "SELECT g, 'review ' || g FROM generate_series(1, 7) g"
-        )
+    _syncers_docs(db_url, _REFUSE_OTHERWISE)
     done = run_cli_here("--database-url", db_url, "sync", "--once", "--claim-size", "4")
     assert "5 written, 0 skipped, 2 failed" in done.stdout, done.stdout + done.stderr
     assert "leased by a worker that stopped" not in done.stdout
