@@ -41,7 +41,6 @@ from pgembed.serve.guards import Guard, HostCheck, InFlightLimit, JsonError, dum
 log = logging.getLogger("pgembed.serve")
 
 MAX_BODY = 1 << 20  # bytes: a search request is a few hundred
-BODY_SECONDS = defaults.SERVE_REQUEST_TIMEOUT  # a body not whole by then (shorter than its length?)
 MAX_IN_FLIGHT = defaults.SERVE_MAX_IN_FLIGHT  # requests answered at once; past it 503
 
 
@@ -57,7 +56,7 @@ def make_app(
     hosts: frozenset[str] | None,
     *,
     max_in_flight: int = MAX_IN_FLIGHT,
-    body_seconds: float = BODY_SECONDS,
+    body_seconds: float = defaults.SERVE_REQUEST_TIMEOUT,  # a body not whole by then: 408
 ) -> ASGIApp:
     """The application: `hosts` the Host names answered (None: any), see guards.HostCheck."""
 

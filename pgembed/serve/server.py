@@ -27,14 +27,12 @@ import uvicorn
 from pgembed import defaults
 from pgembed.serve import front
 from pgembed.serve.api import Api
-from pgembed.serve.app import BODY_SECONDS, MAX_IN_FLIGHT, make_app
+from pgembed.serve.app import MAX_IN_FLIGHT, make_app
 
 log = logging.getLogger("pgembed.serve")
 
 IDLE_SECONDS = 30  # a keep-alive connection with no request for this long is closed
-HEAD_SECONDS = defaults.SERVE_REQUEST_TIMEOUT
 ACCEPT_LOG_SECONDS = 60.0  # out of file descriptors, accept's failure is logged once this often
-STOP_WAIT_SECONDS = defaults.SERVE_STOP_TIMEOUT
 BACKLOG = 2048  # connections the kernel holds for accepting
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
@@ -52,9 +50,9 @@ class SearchServer:
         *,
         allowed_hosts: Sequence[str] = (),
         max_in_flight: int = MAX_IN_FLIGHT,
-        body_seconds: float = BODY_SECONDS,
-        head_seconds: float = HEAD_SECONDS,
-        stop_seconds: int = STOP_WAIT_SECONDS,
+        body_seconds: float = defaults.SERVE_REQUEST_TIMEOUT,
+        head_seconds: float = defaults.SERVE_REQUEST_TIMEOUT,
+        stop_seconds: int = defaults.SERVE_STOP_TIMEOUT,
     ) -> None:
         """`allowed_hosts`: Host names answered besides the loopback ones; given, the Host check
         applies on any address (a container binds 0.0.0.0 to be published on 127.0.0.1)."""

@@ -5,7 +5,6 @@ outside any transaction. pipeline.py overlaps the steps across consecutive batch
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Iterator
@@ -152,9 +151,14 @@ def embed(claimed: Claimed, config: BatchConfig, cache: VectorCache | None = Non
         found, rest = cache.take(claimed.spec, claimed.rows)
     if not rest:  # every row's vector was cached: the model need not even be loaded
         return found
-    settings = runtime_settings(claimed.spec, config.device)
-    hardware.use_all_cores()  # once per process: the worker's load_ready has, unless keys came late
-    return embed_rows(embedder.get(settings), rest, claimed.spec.windows).joined(found)
+    return embed_rows(load(claimed.spec, config.device), rest, claimed.spec.windows).joined(found)
+
+
+def load(spec: ModelSpec, device: str) -> embedder.Embedder:
+    """The model's encoder, loaded once per process (embedder.get); torch's threads set for
+    this process's CPUs before the first load (hardware.use_all_cores)."""
+    hardware.use_all_cores()
+    return embedder.get(runtime_settings(spec, device))
 
 
 def write_back(
@@ -266,8 +270,8 @@ def _write_back(
         len(result.failed) + done.refused,
         postponed=done.postponed,
         postponed_keys=frozenset(done.postponed_keys),
+        seconds=seconds,
     )
-    figures = dataclasses.replace(figures, seconds=seconds)
     log.info(
         "model=%s rows=%d written=%d failed=%d held=%d reused=%d seconds=%.2f rows_per_second=%.1f",
         spec.name,
@@ -289,12 +293,13 @@ def _result(
     failed: int,
     postponed: int = 0,
     postponed_keys: frozenset[str] = frozenset(),
+    seconds: float = 0.0,
 ) -> BatchResult:
     """A batch's figures, the keys _read could not read counted as claimed and failed (their
     attempt is recorded there)."""
     unreadable = claimed.unreadable
     return BatchResult(
-        settled + unreadable, written, failed + unreadable, postponed, postponed_keys
+        settled + unreadable, written, failed + unreadable, postponed, postponed_keys, seconds
     )
 
 
@@ -370,22 +375,25 @@ def _write_part(
     seconds: float,
     leases: Leases,
     done: _Progress,
+    *,
+    checked: bool = False,
 ) -> None:
     """_write_slice; a slice the table's own code refused (its transaction rolled back) is
     written again in halves, down to the refused rows alone: each of those fails an attempt in
-    a transaction of its own (_refuse). A row refused alone while the table itself cannot be
-    synced (gone, altered, a right revoked: trust.broken) is no row's fault: the error is
-    raised, and the worker skips the model as for any batch failure."""
+    a transaction of its own (_refuse). A refusal while the table itself cannot be synced (gone,
+    altered, a right revoked: trust.broken, asked at a slice's first refusal only, as its halves'
+    rolled-back transactions cannot change it) is no row's fault: the error is raised, and the
+    worker skips the model as for any batch failure."""
     try:
         _write_slice(conn, claimed, part, rows, config, seconds, leases, done)
     except Refused as exc:
-        if trust.broken(conn, claimed.spec) is not None:
+        if not checked and trust.broken(conn, claimed.spec) is not None:
             raise exc.error from None
         if len(part) > 1:
             middle = len(part) // 2
             for half in (part[:middle], part[middle:]):
                 share = seconds * len(half) / len(part)
-                _write_part(conn, claimed, half, rows, config, share, leases, done)
+                _write_part(conn, claimed, half, rows, config, share, leases, done, checked=True)
             return
         _refuse(conn, claimed.spec, part[0], str(exc), config, done)
 

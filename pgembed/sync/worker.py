@@ -27,10 +27,10 @@ import psycopg
 from pgembed import db, defaults, migrate
 from pgembed.catalog import registry, trust
 from pgembed.catalog.registry import ModelSpec
-from pgembed.encode import embedder, hardware
-from pgembed.encode.settings import runtime_settings, settings_of
+from pgembed.encode import embedder
+from pgembed.encode.settings import settings_of
 from pgembed.errors import ConfigError, DatabaseError, NotFoundError
-from pgembed.sync import store
+from pgembed.sync import batch, store
 from pgembed.sync.batch import BatchConfig, BatchResult
 from pgembed.sync.leases import LeaseRenewer
 from pgembed.sync.pipeline import Pipeline
@@ -256,8 +256,7 @@ class Worker:
             if wanted in self._loaded or not store.has_ready(conn, spec.name):
                 continue
             log.debug("model=%s loading %s", spec.name, wanted.model_ref)
-            hardware.use_all_cores()
-            embedder.get(runtime_settings(spec, self.options.device))
+            batch.load(spec, self.options.device)
             self._loaded.add(wanted)
 
     def _servable(self, conn: psycopg.Connection, spec: ModelSpec) -> bool:
