@@ -35,6 +35,18 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def waiting_for_a_lock(conn: psycopg.Connection, pid: int) -> bool:
+    """Whether backend `pid` waits for a lock another session holds (seen from `conn`)."""
+    row = conn.execute("SELECT pg_catalog.pg_blocking_pids(%s) <> '{}'", (pid,)).fetchone()
+    return bool(row and row[0])
+
+
+def wait_until_blocked(url: str, pid: int, timeout: float = 30) -> None:
+    """Until backend `pid` waits for a lock another session holds."""
+    with psycopg.connect(url, autocommit=True) as watcher:
+        wait_for(lambda: waiting_for_a_lock(watcher, pid), timeout, "the lock wait")
+
+
 def embedded_count(conn: psycopg.Connection, table: str = "reviews") -> int:
     row = conn.execute(f"SELECT count(embedding_minilm) FROM {table}").fetchone()
     return int(row[0]) if row else 0

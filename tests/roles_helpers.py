@@ -21,6 +21,13 @@ def as_role(url: str, role: str) -> str:
     return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
 
 
+def with_user(url: str, user: str) -> str:
+    """`url` logged in as `user` itself (its session user), not SET ROLE as `as_role` does."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}@{host}"))
+
+
 @contextmanager
 def role_maker(url: str) -> Iterator[Callable[..., str]]:
     """make(prefix, *options) -> a new NOLOGIN role's name; each is dropped after, with what

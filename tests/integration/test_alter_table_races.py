@@ -13,7 +13,7 @@ from alter_helpers import synced, vectors
 from pgvector import Vector
 
 import pgembed
-from daemon_helpers import assert_every_vector_matches_its_text, wait_for
+from daemon_helpers import assert_every_vector_matches_its_text, wait_until_blocked
 from helpers import REVIEWS, cli
 from pgembed import db
 from pgembed.catalog import registry
@@ -83,8 +83,7 @@ def test_a_vector_the_daemon_writes_while_alter_table_waits_is_kept(
         with db.connection(db_url) as conn:
             conn.autocommit = True
             running = pool.submit(altertable.alter_table, conn, "reviews", "SELECT 1")
-            with db.connection(db_url) as watcher:
-                wait_for(lambda: waiting(watcher, conn.info.backend_pid), 30, "the lock wait")
+            wait_until_blocked(db_url, conn.info.backend_pid)
             daemon.commit()
             altered = running.result(timeout=60)
     assert altered.requeued == {"minilm": 0}
@@ -100,15 +99,9 @@ def alter_while_the_application_writes(db_url: str, table: str, statement: str, 
         with db.connection(db_url) as conn:
             conn.autocommit = True
             running = pool.submit(altertable.alter_table, conn, table, statement)
-            with db.connection(db_url) as watcher:
-                wait_for(lambda: waiting(watcher, conn.info.backend_pid), 30, "the lock wait")
+            wait_until_blocked(db_url, conn.info.backend_pid)
             app.commit()
             running.result(timeout=60)
-
-
-def waiting(conn: psycopg.Connection, pid: int) -> bool:
-    row = conn.execute("SELECT pg_catalog.pg_blocking_pids(%s) <> '{}'", (pid,)).fetchone()
-    return bool(row and row[0])
 
 
 def test_a_set_in_the_statement_does_not_change_how_keys_are_compared(
@@ -232,8 +225,7 @@ def test_an_application_reading_the_chunks_then_the_table_is_not_failed(
         with db.connection(db_url) as conn:
             conn.autocommit = True
             running = pool.submit(altertable.alter_table, conn, "reviews", "SELECT 1")
-            with db.connection(db_url) as watcher:
-                wait_for(lambda: waiting(watcher, conn.info.backend_pid), 30, "the lock wait")
+            wait_until_blocked(db_url, conn.info.backend_pid)
             app.execute("SELECT count(*) FROM reviews")  # no error here
             app.commit()
             assert running.result(timeout=60).models == ["minilm"]

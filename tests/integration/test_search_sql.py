@@ -8,12 +8,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import psycopg
 import pytest
 from pgvector import Vector
+from roles_helpers import with_user
 
 from helpers import cli, plans
 from pgembed import db, texts
@@ -477,12 +477,6 @@ def test_model_add_fulltext_and_remove(reviews: psycopg.Connection, db_url: str)
     assert "gin" in indexdef and "to_tsvector('english'::regconfig, body)" in indexdef
     assert cli("--database-url", db_url, "model", "remove", "minilm").exit_code == 0
     assert reviews.execute(index).fetchone() is None
-
-
-def with_user(url: str, user: str) -> str:
-    parts = urlsplit(url)
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}@{host}"))
 
 
 @pytest.fixture
