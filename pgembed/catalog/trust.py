@@ -110,8 +110,10 @@ def problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
         return (
             f"row-level security on {table} hides rows from role {found.role}, so they would "
             f"look deleted: its keys stay queued until {found.role} may read every row "
-            f"(ALTER ROLE {found.role} BYPASSRLS, or sync as the table's owner {found.owner} "
-            "without FORCE ROW LEVEL SECURITY)"
+            f"(ALTER ROLE {found.role} BYPASSRLS, run by a superuser, or on PostgreSQL 16+ by a "
+            "role with CREATEROLE and BYPASSRLS itself and the ADMIN option on "
+            f"{found.role}; or sync as the table's owner {found.owner} without FORCE ROW LEVEL "
+            "SECURITY)"
         )
     if not found.writes_as_owner:
         if found.may_update_vector:
@@ -134,12 +136,14 @@ def problem(conn: psycopg.Connection, spec: ModelSpec) -> str | None:
         return (
             f"{table} belongs to {found.owner}, which may not create temporary objects in this "
             "database: the daemon writes its vectors through a temporary function of that "
-            f"owner (GRANT TEMPORARY ON DATABASE ... TO {found.owner})"
+            f"owner (GRANT TEMPORARY ON DATABASE ... TO {found.owner}, in this database, run by "
+            "its owner)"
         )
     if not found.role_has_temp:
         return (
             f"{table} belongs to {found.owner}, and role {found.role} may not create temporary "
             "objects in this database: the daemon writes its vectors through a temporary "
-            f"function it makes for that owner (GRANT TEMPORARY ON DATABASE ... TO {found.role})"
+            f"function it makes for that owner (GRANT TEMPORARY ON DATABASE ... TO {found.role}, "
+            "in this database, run by its owner)"
         )
     return None
